@@ -1,0 +1,44 @@
+"""polyprof: a plugin-based profiler for PyTorch workloads.
+
+``polyprof.profile`` takes torch.profiler.profile's arguments and gives its
+results (tables, Chrome traces) from columnar post-processing; tracers,
+aggregators and exporters are plugins found through the ``polyprof``
+entry-point group. ``import polyprof`` does not import torch.
+"""
+
+from polyprof.activity import ProfilerActivity
+from polyprof.errors import ActivityUnavailableError, PluginUnavailable, PolyprofError
+from polyprof.hookspecs import hookimpl, hookspec
+from polyprof.profiler import profile, tensorboard_trace_handler
+from polyprof.record import record_function
+from polyprof.schedule import ProfilerAction, schedule
+
+__version__ = "0.1.0"
+
+
+def supported_activities() -> set[ProfilerActivity]:
+    """Activities that installed, usable plugins can record here (torch's function of the same name)."""
+    from polyprof.registry import make_plugin_manager
+
+    pm = make_plugin_manager()
+    try:
+        return set(pm.supported_activities())
+    finally:
+        pm.close()
+
+
+__all__ = [
+    "ActivityUnavailableError",
+    "PluginUnavailable",
+    "PolyprofError",
+    "ProfilerAction",
+    "ProfilerActivity",
+    "__version__",
+    "hookimpl",
+    "hookspec",
+    "profile",
+    "record_function",
+    "schedule",
+    "supported_activities",
+    "tensorboard_trace_handler",
+]

@@ -1,0 +1,178 @@
+"""The small interfaces that plugins implement.
+
+Hooks (``polyprof.hookspecs``) build these objects once per session; after that
+polyprof calls their methods directly, never a hook per event.
+
+Threads: ``Tracer.prepare/start/stop`` run on the profiled (user's) thread,
+because torch's profiler state is per thread. ``Tracer.decode``, every
+``Subscriber.consume`` and ``Subscriber.finish`` run on the bus thread.
+``Exporter.export`` and ``Aggregator.aggregate`` run on whichever thread asks
+for the result (usually the user's).
+"""
+
+from __future__ import annotations
+
+import abc
+import queue
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from polyprof.activity import ProfilerActivity
+
+if TYPE_CHECKING:
+    from polyprof.config import ProfileConfig
+    from polyprof.events import EventBatch
+    from polyprof.trace import Trace
+
+
+@attrs.frozen
+class Capabilities:
+    """What one plugin provides; shown by ``polyprof plugins``."""
+
+    activities: frozenset[ProfilerActivity] = attrs.field(default=frozenset(), converter=frozenset)
+    exporters: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    aggregators: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: None when usable here, else the reason it is not ("no CUDA driver").
+    unavailable_reason: str | None = None
+
+
+class Outbox:
+    """Thread-safe hand-over from a tracer to the bus.
+
+    ``put`` never blocks, so native callbacks on foreign threads can call it.
+    The bus's pull task drains it. ``close`` says no more items will come.
+    """
+
+    def __init__(self) -> None:
+        self._items: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._closed = threading.Event()
+        self.items_put = 0
+
+    def put(self, item: Any) -> None:
+        self.items_put += 1
+        self._items.put(item)
+
+    def drain(self) -> list[Any]:
+        items = []
+        while True:
+            try:
+                items.append(self._items.get_nowait())
+            except queue.Empty:
+                return items
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def reopen(self) -> None:
+        self._closed.clear()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def empty(self) -> bool:
+        return self._items.empty()
+
+
+class Tracer(abc.ABC):
+    """Records one or more activities and hands raw data to ``outbox``.
+
+    Life cycle per recording: ``prepare`` (optional warm-up), ``start``,
+    ``stop``. ``stop`` must leave everything recorded in the outbox and then
+    close it. ``decode`` turns an outbox item into event batches on the bus
+    thread; the default treats items as ready ``EventBatch`` objects.
+    """
+
+    #: Short name, unique per session ("torch_cpu", "cupti").
+    name: str = "tracer"
+    #: The activities this tracer records.
+    activities: frozenset[ProfilerActivity] = frozenset()
+
+    def __init__(self) -> None:
+        self.outbox = Outbox()
+
+    def prepare(self) -> None:  # noqa: B027 - optional hook
+        """Warm up before ``start`` (user's thread). Default: nothing."""
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Begin recording (user's thread). Must not block for long."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """End recording (user's thread); put what was recorded in the outbox and close it."""
+
+    def flush(self) -> None:  # noqa: B027 - optional hook
+        """Hand over native buffers that are complete (any thread). Default: nothing."""
+
+    def decode(self, item: Any) -> Iterable[EventBatch]:
+        """Turn an outbox item into event batches (bus thread)."""
+        return (item,)
+
+    def trace_metadata(self) -> dict[str, Any]:
+        """Facts for the trace once stopped: ``start_ns``, ``end_ns``, ``device_properties``,
+        ``notes``, ``metadata_json`` (key -> JSON text). Missing keys are fine."""
+        return {}
+
+
+class Subscriber(abc.ABC):
+    """Receives every batch on the bus, on the bus thread, from its own bounded stream."""
+
+    name: str = "subscriber"
+
+    @abc.abstractmethod
+    def consume(self, batch: EventBatch) -> None:
+        """Take one batch. Exceptions are caught, counted and logged by the bus."""
+
+    def finish(self) -> None:  # noqa: B027 - optional hook
+        """All batches of the recording have been consumed."""
+
+
+class Aggregator(abc.ABC):
+    """Summarises a finished trace (``key_averages`` is the built-in one)."""
+
+    name: str = "aggregator"
+
+    @abc.abstractmethod
+    def aggregate(self, trace: Trace, **options: Any) -> Any:
+        """Compute the summary; ``options`` are the caller's grouping choices."""
+
+
+class Exporter(abc.ABC):
+    """Writes a finished trace to a file, atomically (no partial file on failure)."""
+
+    #: Name used to select it (``export(..., format="chrome")``).
+    name: str = "exporter"
+    #: File name endings it writes, used to pick an exporter from a path.
+    suffixes: tuple[str, ...] = ()
+
+    @abc.abstractmethod
+    def export(self, trace: Trace, path: str, **options: Any) -> str:
+        """Write ``trace`` to ``path``; return the path written."""
+
+    def shutdown(self) -> None:  # noqa: B027 - optional hook
+        """Release resources; called when the session's plugin manager closes."""
+
+
+def check_component(obj: Any, kind: type, plugin: str) -> Any:
+    """Fail clearly when a plugin returns something that is not a ``kind``."""
+    if not isinstance(obj, kind):
+        raise TypeError(f"plugin {plugin!r} returned {obj!r}, which is not a {kind.__name__}")
+    return obj
+
+
+__all__ = [
+    "Aggregator",
+    "Capabilities",
+    "Exporter",
+    "Outbox",
+    "Subscriber",
+    "Tracer",
+    "check_component",
+]
+
+if TYPE_CHECKING:  # names used only in annotations above
+    _ = (ProfileConfig,)

@@ -1,0 +1,43 @@
+"""The configuration a profiling session hands to plugins."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from polyprof.activity import ProfilerActivity
+
+
+def _frozen_filters(value: Mapping[Any, Any] | None) -> Mapping[ProfilerActivity, frozenset[str]]:
+    return {act: frozenset(names) for act, names in (value or {}).items()}
+
+
+@attrs.frozen
+class ProfileConfig:
+    """What to record. Immutable; shared with tracers on any thread."""
+
+    #: Activities asked for (after resolving defaults).
+    activities: frozenset[ProfilerActivity] = attrs.field(converter=frozenset)
+    #: Dict form of ``activities``: per activity, the activity types to keep (empty = all).
+    activity_filters: Mapping[ProfilerActivity, frozenset[str]] = attrs.field(
+        factory=dict, converter=_frozen_filters
+    )
+    record_shapes: bool = False
+    profile_memory: bool = False
+    #: Python stacks per op; torch fills them only with ``verbose`` too.
+    with_stack: bool = False
+    with_flops: bool = False
+    with_modules: bool = False
+    #: torch's ``_ExperimentalConfig(profile_all_threads=True)``.
+    profile_all_threads: bool = False
+    #: torch's ``_ExperimentalConfig(verbose=True)``.
+    verbose: bool = False
+    #: torch's ``_ExperimentalConfig(capture_overload_names=True)``.
+    capture_overload_names: bool = False
+    #: The user's ``torch._C._profiler._ExperimentalConfig``, passed through as is.
+    experimental_config: Any = None
+    trace_id: str = ""
+    #: Free-form options for plugins (``polyprof run`` flags, plugin settings).
+    options: Mapping[str, Any] = attrs.field(factory=dict)

@@ -1,0 +1,27 @@
+"""Exceptions and warnings that polyprof raises on purpose."""
+
+from __future__ import annotations
+
+
+class PolyprofError(Exception):
+    """Base class of polyprof's own errors."""
+
+
+class PluginUnavailable(PolyprofError):
+    """Raised by a plugin (at import, or from a hook) when it cannot run here.
+
+    The message says why ("no CUDA driver"); ``polyprof plugins`` shows it as the
+    plugin's status and the run goes on without the plugin.
+    """
+
+
+class PluginLoadError(PolyprofError):
+    """A plugin failed to import or to register; the message names it."""
+
+
+class ActivityUnavailableError(PolyprofError, ValueError):
+    """An activity was asked for that no installed plugin provides."""
+
+
+class PolyprofWarning(UserWarning):
+    """Base class of polyprof's warnings."""

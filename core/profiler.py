@@ -1,0 +1,568 @@
+"""``polyprof.profile``: torch.profiler.profile's signature and semantics.
+
+The schedule state machine, ``ProfilerStep#N`` ranges, ``on_trace_ready``
+timing (including the partial cycle delivered at exit), ``acc_events`` and
+the result methods follow torch 2.13. Recording and post-processing go
+through a polyprof ``Session``: plugins, the event bus, columnar results.
+
+Differences from torch, on purpose: starting a profile while another is
+running raises a clear RuntimeError (torch silently empties the outer one);
+bad arguments raise errors that list the valid choices.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from polyprof._log import get_logger
+from polyprof.activity import ProfilerActivity, coerce_activity
+from polyprof.config import ProfileConfig
+from polyprof.record import record_function
+from polyprof.schedule import ProfilerAction, coerce_action, default_schedule
+
+log = get_logger(__name__)
+
+PROFILER_STEP_NAME = "ProfilerStep"
+ACC_EVENTS_WARNING = (
+    "Warning: Profiler clears events at the end of each cycle. Only events from the current cycle "
+    "will be reported. To keep events across cycles, set acc_events=True."
+)
+
+_active_lock = threading.Lock()
+_active_profiles: list[profile] = []
+
+
+def _enter_active(prof: profile) -> None:
+    with _active_lock:
+        if _active_profiles:
+            other = _active_profiles[-1]
+            raise RuntimeError(
+                f"a polyprof profile is already recording ({other!r}); profiles cannot be nested or run "
+                "concurrently, because torch's collector keeps one session per process and the outer "
+                "profile would silently lose its events. Stop the first profile before starting another."
+            )
+        _active_profiles.append(prof)
+
+
+def _leave_active(prof: profile) -> None:
+    with _active_lock:
+        if prof in _active_profiles:
+            _active_profiles.remove(prof)
+
+
+def parse_activities(
+    activities: Iterable[Any] | Mapping[Any, Iterable[str]] | None,
+) -> tuple[frozenset[ProfilerActivity] | None, dict[ProfilerActivity, frozenset[str]]]:
+    """Validate ``activities`` as torch accepts it: a list/set of activities or a dict of filters.
+
+    Returns ``(activities or None for the default, filters)``.
+    """
+    if activities is None:
+        return None, {}
+    if isinstance(activities, (str, bytes)):
+        raise TypeError(
+            f"activities must be a list of ProfilerActivity values, not the string {activities!r}; "
+            "for example activities=[ProfilerActivity.CPU]"
+        )
+    chosen: list[ProfilerActivity] = []
+    filters: dict[ProfilerActivity, frozenset[str]] = {}
+    items = activities.items() if isinstance(activities, Mapping) else ((a, None) for a in activities)
+    for raw, names in items:
+        act = coerce_activity(raw)
+        if act in chosen:
+            raise ValueError(f"Activity {act.name} specified more than once")
+        chosen.append(act)
+        if names is not None:
+            if isinstance(names, str):
+                raise TypeError(f"the activity types for {act.name} must be a list of strings, not {names!r}")
+            filters[act] = frozenset(names)
+    return frozenset(chosen), filters
+
+
+def _experimental_flags(experimental_config: Any) -> dict[str, bool]:
+    """Read verbose / profile_all_threads / capture_overload_names off torch's _ExperimentalConfig.
+
+    torch exposes them only through pickling state; fall back to "unknown" (False
+    for verbose, True for overload names so they are read whenever they exist).
+    """
+    flags = {"verbose": False, "profile_all_threads": False, "capture_overload_names": False}
+    if experimental_config is None:
+        return flags
+    try:
+        state = experimental_config.__getstate__()
+    except Exception:  # noqa: BLE001 - older torch: no pickling support
+        state = None
+    text = repr(state)
+    if isinstance(state, tuple) and state:
+        flags["verbose"] = _state_flag(state, "verbose")
+        flags["profile_all_threads"] = _state_flag(state, "profile_all_threads")
+        flags["capture_overload_names"] = _state_flag(state, "capture_overload_names")
+    else:
+        log.debug("experimental_config_unreadable", state=text)
+        flags["capture_overload_names"] = True
+    return flags
+
+
+#: Positions of flags in torch 2.13's ``_ExperimentalConfig.__getstate__()`` tuple.
+_EXPERIMENTAL_STATE_INDEX = {
+    "verbose": 2,
+    "profile_all_threads": 7,
+    "capture_overload_names": 8,
+}
+
+
+def _state_flag(state: tuple, name: str) -> bool:
+    idx = _EXPERIMENTAL_STATE_INDEX[name]
+    return bool(state[idx]) if idx < len(state) and isinstance(state[idx], bool) else False
+
+
+class profile:  # noqa: N801 - torch's name
+    """Profile a block of code; the same arguments and methods as ``torch.profiler.profile``.
+
+    ``with polyprof.profile(activities=[ProfilerActivity.CPU]) as prof: ...``
+    then ``prof.key_averages().table(...)``, ``prof.export_chrome_trace(path)``.
+    """
+
+    def __init__(
+        self,
+        *,
+        activities: Iterable[Any] | Mapping[Any, Iterable[str]] | None = None,
+        schedule: Callable[[int], Any] | None = None,
+        on_trace_ready: Callable[[Any], Any] | None = None,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
+        with_modules: bool = False,
+        experimental_config: Any = None,
+        execution_trace_observer: Any = None,
+        acc_events: bool = False,
+        use_cuda: bool | None = None,
+        custom_trace_id_callback: Callable[[], str] | None = None,
+        post_processing_timeout_s: float | None = None,
+        plugin_manager: Any = None,
+    ) -> None:
+        acts, filters = parse_activities(activities)
+        if use_cuda is not None:
+            warnings.warn("`use_cuda` is deprecated, use `activities` argument instead", FutureWarning, stacklevel=2)
+            base = set(acts) if acts is not None else None
+            if base is None:
+                base = {ProfilerActivity.CPU}
+            if use_cuda:
+                base.add(ProfilerActivity.CUDA)
+            else:
+                base.discard(ProfilerActivity.CUDA)
+            acts = frozenset(base)
+        if acts is not None and not acts:
+            raise ValueError(
+                "No valid profiler activities found: activities is empty; pass e.g. "
+                "activities=[ProfilerActivity.CPU]"
+            )
+        if schedule is not None and not callable(schedule):
+            raise TypeError(f"schedule must be callable (use polyprof.schedule(...)), got {schedule!r}")
+        if on_trace_ready is not None and not callable(on_trace_ready):
+            raise TypeError(f"on_trace_ready must be callable, got {on_trace_ready!r}")
+        if post_processing_timeout_s is not None and post_processing_timeout_s < 0:
+            raise ValueError(f"post_processing_timeout_s must be non-negative, got {post_processing_timeout_s}")
+        self.activities_requested = acts
+        self.activity_filters = filters
+        self.record_shapes = record_shapes
+        self.profile_memory = profile_memory
+        self.with_stack = with_stack
+        self.with_flops = with_flops
+        self.with_modules = with_modules
+        self.experimental_config = experimental_config
+        self.execution_trace_observer = execution_trace_observer
+        self.acc_events = acc_events
+        self.custom_trace_id_callback = custom_trace_id_callback
+        #: Accepted for compatibility; polyprof's post-processing is columnar and needs no cut-off.
+        self.post_processing_timeout_s = post_processing_timeout_s
+        self.on_trace_ready = on_trace_ready
+        self.record_steps = schedule is not None
+        self.schedule = schedule if schedule is not None else default_schedule
+        self.step_num = 0
+        self.current_action = coerce_action(self.schedule(self.step_num))
+        self.step_rec_fn: record_function | None = None
+        self.preset_metadata: dict[str, str] = {}
+        self._plugin_manager = plugin_manager
+        self._session: Any = None
+        self._prepared = False
+        self._recording = False
+        self._trace_id: str | None = None
+        self._cycle_metadata: dict[str, str] = {}
+        self._traces: list[Any] = []
+        self._results: Any = None
+        self._cleared_warned = False
+        self._step_times: list[float] = []
+
+    # ------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> profile:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
+        try:
+            self.stop()
+        finally:
+            if self.execution_trace_observer is not None:
+                self.execution_trace_observer.cleanup()
+            self._close_session()
+
+    def start(self) -> None:
+        """Begin profiling (what ``__enter__`` does)."""
+        _enter_active(self)
+        try:
+            self._transit_action(ProfilerAction.NONE, self.current_action)
+        except BaseException:
+            self._abort_recording()
+            _leave_active(self)
+            raise
+        if self.record_steps:
+            self.step_rec_fn = record_function(f"{PROFILER_STEP_NAME}#{self.step_num}")
+            self.step_rec_fn.__enter__()
+
+    def stop(self) -> None:
+        """End profiling (what ``__exit__`` does); delivers a pending cycle to ``on_trace_ready``."""
+        try:
+            if self.record_steps and self.step_rec_fn is not None:
+                self.step_rec_fn.__exit__(None, None, None)
+                self.step_rec_fn = None
+            self._transit_action(self.current_action, None)
+        finally:
+            self._abort_recording()
+            _leave_active(self)
+
+    def step(self) -> None:
+        """Signal that the next training step starts."""
+        if self.record_steps and self.step_rec_fn is not None:
+            self.step_rec_fn.__exit__(None, None, None)
+            self.step_rec_fn = None
+        prev_action = self.current_action
+        next_action = coerce_action(self.schedule(self.step_num + 1))
+        self.step_num += 1
+        self.current_action = next_action
+        self._transit_action(prev_action, next_action)
+        if self.record_steps:
+            self.step_rec_fn = record_function(f"{PROFILER_STEP_NAME}#{self.step_num}")
+            self.step_rec_fn.__enter__()
+
+    # ------------------------------------------------------ state machine
+
+    def _transit_action(self, prev: ProfilerAction, new: ProfilerAction | None) -> None:
+        for action in _ACTION_MAP.get((prev, new), ()):
+            action(self)
+
+    def _warn_incorrect(self, prev: str, new: str) -> None:
+        warnings.warn(f"Incorrect schedule: {prev} followed by {new}", stacklevel=4)
+
+    def prepare_trace(self) -> None:
+        if self._traces and not self.acc_events and not self._cleared_warned:
+            self._cleared_warned = True
+            warnings.warn(ACC_EVENTS_WARNING, stacklevel=4)
+        session = self._ensure_session()
+        self._trace_id = self._make_trace_id()
+        session.prepare(trace_id=self._trace_id)
+        self._prepared = True
+
+    def start_trace(self) -> None:
+        if self.execution_trace_observer is not None:
+            self.execution_trace_observer.start()
+        if not self._prepared:
+            self.prepare_trace()
+        self._cycle_metadata = {}
+        for flag in ("profile_memory", "with_stack", "record_shapes", "with_modules", "with_flops"):
+            if getattr(self, flag):
+                self._cycle_metadata[flag] = "1"
+        dist_info = _distributed_info()
+        if dist_info is not None:
+            self._cycle_metadata["distributedInfo"] = json.dumps(dist_info)
+        self._cycle_metadata.update(self.preset_metadata)
+        self._session.start()
+        self._recording = True
+
+    def stop_trace(self) -> None:
+        if self.execution_trace_observer is not None:
+            self.execution_trace_observer.stop()
+        if not self._recording:
+            return
+        self._recording = False
+        self._prepared = False
+        trace = self._session.stop(metadata_json=self._cycle_metadata, trace_id=self._trace_id or "")
+        if self.acc_events:
+            self._traces.append(trace)
+        else:
+            self._traces = [trace]
+        self._results = None
+
+    def _trace_ready(self) -> None:
+        if self._session is not None and self._traces:
+            self._session.trace_ready(self._traces[-1])
+        if self.on_trace_ready is not None:
+            self.on_trace_ready(self)
+
+    def _abort_recording(self) -> None:
+        """Leave no collector running after an error in a transition."""
+        if self._recording and self._session is not None:
+            self._recording = False
+            self._prepared = False
+            try:
+                self._session.abort()
+            except Exception:  # noqa: BLE001 - already failing; keep the first error
+                log.warning("session_abort_failed", exc_info=True)
+
+    # ------------------------------------------------------------ session
+
+    def _ensure_session(self) -> Any:
+        if self._session is None:
+            from polyprof.session import Session
+
+            flags = _experimental_flags(self.experimental_config)
+            self._session = Session.create(
+                activities=self.activities_requested,
+                activity_filters=self.activity_filters,
+                record_shapes=self.record_shapes,
+                profile_memory=self.profile_memory,
+                with_stack=self.with_stack,
+                with_flops=self.with_flops,
+                with_modules=self.with_modules,
+                experimental_config=self.experimental_config,
+                plugin_manager=self._plugin_manager,
+                **flags,
+            )
+        return self._session
+
+    def _close_session(self) -> None:
+        if self._session is not None:
+            self._session.close()
+
+    def _make_trace_id(self) -> str:
+        if self.custom_trace_id_callback is not None:
+            return str(self.custom_trace_id_callback())
+        return f"{uuid.uuid4().int:032X}"
+
+    def set_custom_trace_id_callback(self, callback: Callable[[], str]) -> None:
+        """Set the trace id generator, called at the start of each cycle."""
+        self.custom_trace_id_callback = callback
+
+    def get_trace_id(self) -> str | None:
+        """The current (or last) cycle's trace id."""
+        return self._trace_id
+
+    # ------------------------------------------------------------ results
+
+    @property
+    def config(self) -> ProfileConfig | None:
+        return self._session.config if self._session is not None else None
+
+    @property
+    def activities(self) -> frozenset[ProfilerActivity]:
+        """The activities actually recorded (after dropping unusable ones)."""
+        if self._session is not None:
+            return self._session.config.activities
+        return self.activities_requested or frozenset({ProfilerActivity.CPU})
+
+    @property
+    def use_device(self) -> str | None:
+        """torch's ``use_device``: the accelerator whose time the tables show."""
+        acts = self.activities
+        for act, device in (
+            (ProfilerActivity.CUDA, "cuda"),
+            (ProfilerActivity.XPU, "xpu"),
+            (ProfilerActivity.MTIA, "mtia"),
+            (ProfilerActivity.HPU, "hpu"),
+            (ProfilerActivity.PrivateUse1, "privateuseone"),
+        ):
+            if act in acts:
+                return device
+        return None
+
+    def _require_results(self) -> Any:
+        if not self._traces:
+            if self._recording:
+                raise RuntimeError(
+                    "the profiler is still recording: results are available after the with-block ends "
+                    "(or after stop(), or in on_trace_ready)"
+                )
+            raise RuntimeError(
+                "no profiling data: nothing was recorded (was the profiler started, and did the schedule "
+                "reach a RECORD step?)"
+            )
+        if self._results is None:
+            from polyprof.results import ProfileResults
+
+            self._results = ProfileResults(
+                traces=tuple(self._traces),
+                use_device=self.use_device,
+                aggregators=self._session.aggregators if self._session is not None else None,
+            )
+        return self._results
+
+    @property
+    def trace(self) -> Any:
+        """The last finished ``polyprof.trace.Trace``."""
+        return self._require_results().traces[-1]
+
+    def events(self) -> Any:
+        """Every recorded event, as an ``EventList`` of ``FunctionEvent``."""
+        return self._require_results().events()
+
+    def key_averages(
+        self,
+        group_by_input_shape: bool = False,
+        group_by_stack_n: int = 0,
+        group_by_overload_name: bool = False,
+    ) -> Any:
+        """Events averaged by name (and optionally shapes, stack, overload)."""
+        if not isinstance(group_by_stack_n, int) or group_by_stack_n < 0:
+            raise ValueError(f"group_by_stack_n must be an int >= 0, got {group_by_stack_n!r}")
+        return self._require_results().key_averages(
+            group_by_input_shape=group_by_input_shape,
+            group_by_stack_n=group_by_stack_n,
+            group_by_overload_name=group_by_overload_name,
+        )
+
+    def export_chrome_trace(self, path: str | os.PathLike[str], use_python_export: bool = False) -> str:
+        """Write the last cycle's trace as Kineto-shaped Chrome JSON (``.gz`` compresses)."""
+        results = self._require_results()
+        return self._export("chrome", results.traces[-1], os.fspath(path))
+
+    def export_stacks(self, path: str | os.PathLike[str], metric: str = "self_cpu_time_total") -> str:
+        """Write collapsed stacks (flame graph input); needs ``with_stack=True``."""
+        if not self.with_stack:
+            raise RuntimeError(
+                "export_stacks() requires with_stack=True (and, as in torch, "
+                "experimental_config=_ExperimentalConfig(verbose=True) so that ops carry stacks)"
+            )
+        results = self._require_results()
+        return self._export("stacks", results.merged_trace(), os.fspath(path), metric=metric)
+
+    def export(self, path: str | os.PathLike[str], format: str = "chrome", **options: Any) -> str:  # noqa: A002
+        """Write the last cycle's trace with any installed exporter, chosen by name."""
+        results = self._require_results()
+        return self._export(format, results.traces[-1], os.fspath(path), **options)
+
+    def _export(self, name: str, trace: Any, path: str, **options: Any) -> str:
+        session = self._ensure_session()
+        exporter = session.exporter(name)
+        return exporter.export(trace, path, **options)
+
+    def add_metadata(self, key: str, value: str) -> None:
+        """Add a string value to the trace's top-level metadata."""
+        self.add_metadata_json(key, json.dumps(str(value)))
+
+    def add_metadata_json(self, key: str, value: str) -> None:
+        """Add a raw JSON value to the trace's top-level metadata (current cycle)."""
+        _check_json(key, value)
+        if not self._recording:
+            log.warning("metadata_outside_recording", key=key)
+            warnings.warn(
+                f"add_metadata({key!r}) called while the profiler is not recording: it is skipped "
+                "(use preset_metadata_json to add it to the next cycle)",
+                stacklevel=2,
+            )
+            return
+        self._cycle_metadata[key] = value
+
+    def preset_metadata_json(self, key: str, value: str) -> None:
+        """Add a raw JSON value to every following cycle's trace metadata."""
+        _check_json(key, value)
+        self.preset_metadata[key] = value
+
+    def toggle_collection_dynamic(self, enable: bool, activities: Iterable[Any]) -> None:
+        """Pause or resume collection of ``activities`` without ending the cycle."""
+        self._ensure_session().toggle_collection(enable, frozenset(coerce_activity(a) for a in activities))
+
+    @property
+    def bus_statistics(self) -> Any:
+        """Counters of the event bus: received, delivered and dropped per subscriber."""
+        if self._session is None:
+            return None
+        return self._session.statistics()
+
+    def __repr__(self) -> str:
+        acts = ",".join(sorted(a.name for a in self.activities))
+        return f"<polyprof.profile activities={acts} step_num={self.step_num} action={self.current_action.name}>"
+
+
+def _check_json(key: str, value: str) -> None:
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"metadata key must be a non-empty str, got {key!r}")
+    try:
+        json.loads(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"metadata value for {key!r} is not valid JSON: {value!r} ({exc})") from None
+
+
+def _distributed_info() -> dict[str, Any] | None:
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    return {"backend": dist.get_backend(), "rank": dist.get_rank(), "world_size": dist.get_world_size()}
+
+
+def _stop_and_save(p: profile) -> None:
+    p.stop_trace()
+    p._trace_ready()
+
+
+_A = ProfilerAction
+_ACTION_MAP: dict[tuple[ProfilerAction, ProfilerAction | None], tuple[Callable[[profile], None], ...]] = {
+    (_A.NONE, _A.NONE): (),
+    (_A.NONE, _A.WARMUP): (profile.prepare_trace,),
+    (_A.NONE, _A.RECORD): (profile.prepare_trace, profile.start_trace),
+    (_A.NONE, _A.RECORD_AND_SAVE): (profile.prepare_trace, profile.start_trace),
+    (_A.WARMUP, _A.NONE): (
+        lambda p: p._warn_incorrect("WARMUP", "NONE"),
+        profile.start_trace,
+        profile.stop_trace,
+    ),
+    (_A.WARMUP, _A.WARMUP): (),
+    (_A.WARMUP, _A.RECORD): (profile.start_trace,),
+    (_A.WARMUP, _A.RECORD_AND_SAVE): (profile.start_trace,),
+    (_A.RECORD, _A.NONE): (lambda p: p._warn_incorrect("RECORD", "NONE"), profile.stop_trace),
+    (_A.RECORD, _A.WARMUP): (lambda p: p._warn_incorrect("RECORD", "WARMUP"), profile.stop_trace),
+    (_A.RECORD, _A.RECORD): (),
+    (_A.RECORD, _A.RECORD_AND_SAVE): (),
+    (_A.RECORD_AND_SAVE, _A.NONE): (_stop_and_save,),
+    (_A.RECORD_AND_SAVE, _A.WARMUP): (_stop_and_save, profile.prepare_trace),
+    (_A.RECORD_AND_SAVE, _A.RECORD): (_stop_and_save, profile.prepare_trace, profile.start_trace),
+    (_A.RECORD_AND_SAVE, _A.RECORD_AND_SAVE): (_stop_and_save, profile.prepare_trace, profile.start_trace),
+    (_A.WARMUP, None): (profile.start_trace, profile.stop_trace),
+    (_A.RECORD, None): (_stop_and_save,),
+    (_A.RECORD_AND_SAVE, None): (_stop_and_save,),
+}
+
+
+def tensorboard_trace_handler(
+    dir_name: str | os.PathLike[str],
+    worker_name: str | None = None,
+    use_gzip: bool = False,
+    use_python_export: bool = False,
+) -> Callable[[profile], None]:
+    """An ``on_trace_ready`` handler writing ``<worker>.<ns>.pt.trace.json[.gz]`` into ``dir_name``."""
+    directory = os.fspath(dir_name)
+
+    def handler_fn(prof: profile) -> None:
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except Exception as exc:
+            raise RuntimeError("Can't create directory: " + directory) from exc
+        worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"
+        file_name = f"{worker}.{time.time_ns()}.pt.trace.json"
+        if use_gzip:
+            file_name += ".gz"
+        prof.export_chrome_trace(os.path.join(directory, file_name), use_python_export=use_python_export)
+
+    return handler_fn

@@ -1,0 +1,284 @@
+"""A profiling session: one plugin manager, one bus, the tracers, across recordings.
+
+The frontends (``polyprof.profile``, ``polyprof.legacy.profile``) own one
+session each. A recording is prepare -> start -> stop; ``stop`` returns the
+assembled ``Trace``. Tracers are started on the caller's thread (torch's
+collector is per thread); their data reaches the collector over the bus.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from polyprof._log import get_logger
+from polyprof.activity import ProfilerActivity, coerce_activity
+from polyprof.components import Aggregator, Exporter, Subscriber, Tracer
+from polyprof.config import ProfileConfig
+from polyprof.errors import ActivityUnavailableError
+from polyprof.events import EventBatch, concat
+from polyprof.trace import Trace
+
+log = get_logger(__name__)
+
+
+class ActivityUnavailableWarning(UserWarning):
+    """An activity's plugin is installed but cannot record here; profiling goes on without it."""
+
+
+class TraceCollector(Subscriber):
+    """The built-in subscriber that keeps a recording's batches for its ``Trace``."""
+
+    name = "trace_collector"
+
+    def __init__(self) -> None:
+        self._batches: list[EventBatch] = []
+
+    def consume(self, batch: EventBatch) -> None:
+        self._batches.append(batch)
+
+    def take(self) -> list[EventBatch]:
+        batches, self._batches = self._batches, []
+        return batches
+
+
+def resolve_activities(
+    pm: Any, requested: frozenset[ProfilerActivity] | None
+) -> frozenset[ProfilerActivity]:
+    """The activities to record: each must have a plugin; installed-but-unusable ones warn and drop.
+
+    ``None`` means every activity some loaded plugin can record here (torch's
+    ``supported_activities()``).
+    """
+    if requested is None:
+        chosen = frozenset(pm.supported_activities())
+        if not chosen:
+            raise ActivityUnavailableError(
+                "no installed polyprof plugin can record anything here: " + pm.explain_missing_activity(
+                    ProfilerActivity.CPU
+                )
+            )
+        return chosen
+    usable = []
+    for act in requested:
+        if pm.provider_of(act) is not None:
+            usable.append(act)
+            continue
+        unusable = _unavailable_provider(pm, act)
+        if unusable is None:
+            raise ActivityUnavailableError(pm.explain_missing_activity(act))
+        message = (
+            f"{act.name} profiling is not available here ({unusable}); profiling continues without "
+            f"ProfilerActivity.{act.name}"
+        )
+        log.warning("activity_unavailable", activity=act.name, reason=unusable)
+        warnings.warn(message, ActivityUnavailableWarning, stacklevel=5)
+    if not usable:
+        raise ActivityUnavailableError(
+            "No activities left to profile: every requested activity is unavailable here "
+            f"({', '.join(a.name for a in requested)})"
+        )
+    return frozenset(usable)
+
+
+def _unavailable_provider(pm: Any, act: ProfilerActivity) -> str | None:
+    for info in pm.plugin_infos():
+        caps = info.capabilities
+        if info.status == "unavailable" and caps is not None and act in caps.activities:
+            return f"plugin {info.name!r}: {info.reason}"
+    return None
+
+
+@attrs.define(eq=False)
+class Session:
+    """Plugins, bus and components for one profiler object."""
+
+    config: ProfileConfig
+    plugin_manager: Any
+    tracers: list[Tracer]
+    subscribers: list[Subscriber]
+    aggregators: Mapping[str, Aggregator]
+    collector: TraceCollector
+    bus: Any
+    _exporters: dict[str, Exporter] = attrs.field(factory=dict)
+    _closed: bool = False
+    _recording: bool = False
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        activities: Iterable[Any] | None = None,
+        plugin_manager: Any = None,
+        trace_id: str = "",
+        **flags: Any,
+    ) -> Session:
+        """Build a session: resolve activities against installed plugins, make components."""
+        from polyprof.bus import EventBus
+        from polyprof.registry import make_plugin_manager
+
+        pm = plugin_manager if plugin_manager is not None else make_plugin_manager()
+        requested = None if activities is None else frozenset(coerce_activity(a) for a in activities)
+        chosen = resolve_activities(pm, requested)
+        config = ProfileConfig(activities=chosen, trace_id=trace_id, **flags)
+        tracers = pm.make_tracers(config)
+        collector = TraceCollector()
+        subscribers = [collector, *pm.make_subscribers(config)]
+        aggregators = pm.make_aggregators(config)
+        session = cls(
+            config=config,
+            plugin_manager=pm,
+            tracers=tracers,
+            subscribers=subscribers,
+            aggregators=aggregators,
+            collector=collector,
+            bus=EventBus(),
+        )
+        pm.hook.polyprof_session_start(session=session)
+        log.debug("session_created", activities=sorted(a.name for a in chosen), tracers=[t.name for t in tracers])
+        return session
+
+    # ---------------------------------------------------------- recording
+
+    def prepare(self, trace_id: str = "") -> None:
+        """Warm up every tracer (caller's thread)."""
+        if trace_id and trace_id != self.config.trace_id:
+            self.config = attrs.evolve(self.config, trace_id=trace_id)
+            for tracer in self.tracers:
+                if hasattr(tracer, "config"):
+                    tracer.config = self.config
+        for tracer in self.tracers:
+            tracer.prepare()
+
+    def start(self) -> None:
+        """Start every tracer; the bus starts pulling from them."""
+        self.bus.begin_recording(self.tracers, self.subscribers)
+        started: list[Tracer] = []
+        try:
+            for tracer in self.tracers:
+                tracer.start()
+                started.append(tracer)
+        except BaseException:
+            for tracer in reversed(started):
+                _stop_quietly(tracer)
+            self.bus.end_recording()
+            raise
+        self._recording = True
+
+    def stop(self, *, metadata_json: Mapping[str, str] | None = None, trace_id: str = "") -> Trace:
+        """Stop every tracer, wait for the bus to deliver everything, and assemble the Trace."""
+        errors: list[BaseException] = []
+        for tracer in self.tracers:
+            try:
+                tracer.stop()
+            except Exception as exc:  # noqa: BLE001 - stop the others; report after
+                log.error("tracer_stop_failed", tracer=tracer.name, exc_info=True)
+                errors.append(exc)
+        self._recording = False
+        self.bus.end_recording()
+        trace = self._assemble(metadata_json or {}, trace_id)
+        if errors:
+            raise errors[0]
+        return trace
+
+    def abort(self) -> None:
+        """Stop tracers after a failure, discarding what they recorded."""
+        if not self._recording:
+            return
+        for tracer in self.tracers:
+            _stop_quietly(tracer)
+        self._recording = False
+        self.bus.end_recording()
+        self.collector.take()
+
+    def _assemble(self, metadata_json: Mapping[str, str], trace_id: str) -> Trace:
+        facts: dict[str, Any] = {}
+        notes: list[str] = []
+        device_properties: list[Any] = []
+        extra_meta: dict[str, str] = {}
+        for tracer in self.tracers:
+            meta = tracer.trace_metadata() or {}
+            for key in ("start_ns", "end_ns"):
+                if meta.get(key):
+                    facts.setdefault(key, []).append(int(meta[key]))
+            notes.extend(meta.get("notes", ()))
+            device_properties.extend(meta.get("device_properties", ()))
+            extra_meta.update(meta.get("metadata_json", {}))
+        events = concat(self.collector.take())
+        starts = facts.get("start_ns") or [int(events["start_ns"].min()) if len(events) else 0]
+        ends = facts.get("end_ns") or [int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0]
+        stats = self.bus.statistics()
+        dropped = sum(stats.dropped_events.values()) if hasattr(stats, "dropped_events") else 0
+        if dropped:
+            notes.append(f"{dropped} events were dropped on the event bus (a subscriber could not keep up)")
+        return Trace(
+            events=events,
+            config=self.config,
+            start_ns=min(starts),
+            end_ns=max(ends),
+            pid=os.getpid(),
+            hostname=socket.gethostname(),
+            trace_id=trace_id or self.config.trace_id,
+            metadata_json={**extra_meta, **metadata_json},
+            device_properties=tuple(device_properties),
+            notes=tuple(notes),
+        )
+
+    def trace_ready(self, trace: Trace) -> None:
+        """Tell plugins a trace is finished; their errors are logged, never raised."""
+        try:
+            self.plugin_manager.hook.polyprof_trace_ready(session=self, trace=trace)
+        except Exception:  # noqa: BLE001 - plugins must not break the profiled program
+            log.error("trace_ready_hook_failed", exc_info=True)
+
+    def toggle_collection(self, enable: bool, activities: frozenset[ProfilerActivity]) -> None:
+        """Pause or resume collection of ``activities`` (torch's toggle_collection_dynamic)."""
+        for tracer in self.tracers:
+            if tracer.activities & activities:
+                toggle = getattr(tracer, "toggle_collection", None)
+                if toggle is None:
+                    raise NotImplementedError(
+                        f"tracer {tracer.name!r} cannot pause collection of "
+                        f"{', '.join(sorted(a.name for a in tracer.activities & activities))}"
+                    )
+                toggle(enable, activities)
+
+    # -------------------------------------------------------------- output
+
+    def exporter(self, name: str) -> Exporter:
+        """The exporter called ``name`` (built once per session)."""
+        exporter = self._exporters.get(name)
+        if exporter is None:
+            exporter = self._exporters[name] = self.plugin_manager.make_exporter(self.config, name)
+        return exporter
+
+    def statistics(self) -> Any:
+        return self.bus.statistics()
+
+    def close(self) -> None:
+        """End the session: plugins are told, exporters shut down, the bus thread exits."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.plugin_manager.hook.polyprof_session_finish(session=self)
+        except Exception:  # noqa: BLE001
+            log.error("session_finish_hook_failed", exc_info=True)
+        for exporter in self._exporters.values():
+            try:
+                exporter.shutdown()
+            except Exception:  # noqa: BLE001
+                log.error("exporter_shutdown_failed", exporter=exporter.name, exc_info=True)
+        self.bus.close()
+
+
+def _stop_quietly(tracer: Tracer) -> None:
+    try:
+        tracer.stop()
+    except Exception:  # noqa: BLE001 - cleanup after another failure
+        log.warning("tracer_stop_failed", tracer=tracer.name, exc_info=True)

@@ -1,0 +1,32 @@
+"""A finished recording: every event of one profiling cycle plus its metadata."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from polyprof.config import ProfileConfig
+from polyprof.events import EventBatch
+
+
+@attrs.frozen(eq=False)
+class Trace:
+    """What exporters and aggregators read. Immutable, safe across threads."""
+
+    #: All events of the cycle, from every tracer, in one batch.
+    events: EventBatch
+    config: ProfileConfig
+    #: Unix-epoch ns when recording started and stopped.
+    start_ns: int
+    end_ns: int
+    pid: int
+    hostname: str = ""
+    trace_id: str = ""
+    #: Top-level trace metadata (``add_metadata``): key -> raw JSON text of the value.
+    metadata_json: Mapping[str, str] = attrs.field(factory=dict)
+    #: Kineto ``deviceProperties`` entries (dicts), one per device seen.
+    device_properties: tuple[Mapping[str, Any], ...] = ()
+    #: Per-tracer notes for the user (e.g. "cuda: 12 records dropped by CUPTI").
+    notes: tuple[str, ...] = ()

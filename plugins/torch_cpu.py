@@ -1,0 +1,329 @@
+"""The CPU tracer: torch's own C++ collector, read straight from its raw result.
+
+torch's Python post-processing (``_parse_kineto_results``, ``FunctionEvent``)
+costs 75-120 µs per event; reading the raw ``_ProfilerResult.events()``
+accessors costs a few µs per event. This plugin drives
+``_prepare_profiler`` / ``_enable_profiler`` / ``_disable_profiler`` directly
+and decodes the result into one columnar ``EventBatch`` on the bus thread.
+
+The module imports without torch; the plugin then reports itself unavailable.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from collections import defaultdict
+from operator import methodcaller
+from typing import Any
+
+import numpy as np
+
+from polyprof._log import get_logger
+from polyprof.activity import ProfilerActivity
+from polyprof.components import Capabilities, Tracer
+from polyprof.config import ProfileConfig
+from polyprof.errors import PolyprofError
+from polyprof.events import EventBatch, EventKind, intern_column
+from polyprof.hookspecs import hookimpl
+
+log = get_logger(__name__)
+
+SOURCE = "torch_cpu"
+
+#: Kineto activity type string -> EventKind.
+KIND_BY_ACTIVITY_TYPE: dict[str, EventKind] = {
+    "cpu_op": EventKind.CPU_OP,
+    "user_annotation": EventKind.USER_ANNOTATION,
+    "python_function": EventKind.PYTHON_FUNCTION,
+    "cpu_instant_event": EventKind.MEMORY,
+    "gpu_user_annotation": EventKind.GPU_USER_ANNOTATION,
+    "kernel": EventKind.KERNEL,
+    "gpu_memcpy": EventKind.GPU_MEMCPY,
+    "gpu_memset": EventKind.GPU_MEMSET,
+    "cuda_runtime": EventKind.RUNTIME,
+    "xpu_runtime": EventKind.RUNTIME,
+    "privateuse1_runtime": EventKind.RUNTIME,
+    "cuda_driver": EventKind.DRIVER,
+    "xpu_driver": EventKind.DRIVER,
+    "privateuse1_driver": EventKind.DRIVER,
+    "overhead": EventKind.OVERHEAD,
+    "cuda_sync": EventKind.SYNC,
+    "xpu_sync": EventKind.SYNC,
+}
+MEMORY_EVENT_NAME = "[memory]"
+OUT_OF_MEMORY_EVENT_NAME = "[OutOfMemory]"
+
+
+def torch_unavailable_reason() -> str | None:
+    """None when torch's profiler can be driven here, else why not."""
+    try:
+        import torch  # noqa: F401
+        from torch._C._autograd import _disable_profiler, _enable_profiler, _prepare_profiler  # noqa: F401
+        from torch._C._profiler import ProfilerConfig, ProfilerState  # noqa: F401
+    except ImportError as exc:
+        return f"torch is not installed or lacks its profiler ({exc})"
+    return None
+
+
+def _column(events: list[Any], accessor: str, dtype: str) -> np.ndarray:
+    return np.fromiter(map(methodcaller(accessor), events), dtype=dtype, count=len(events))
+
+
+def _kind_column(activity_types: list[str], names_table: tuple, name_idx: np.ndarray) -> np.ndarray:
+    types, type_idx = np.unique(np.asarray(activity_types, dtype=object), return_inverse=True)
+    kinds_of_types = np.array([int(KIND_BY_ACTIVITY_TYPE.get(t, EventKind.CPU_OP)) for t in types], dtype=np.int8)
+    kinds = kinds_of_types[type_idx] if len(activity_types) else np.empty(0, dtype=np.int8)
+    if OUT_OF_MEMORY_EVENT_NAME in names_table:
+        oom = names_table.index(OUT_OF_MEMORY_EVENT_NAME)
+        kinds = np.where(name_idx == oom, np.int8(EventKind.OUT_OF_MEMORY), kinds)
+    return kinds
+
+
+def _shapes_key(shapes: list) -> tuple:
+    return tuple(tuple(s) if isinstance(s, list) else s for s in shapes)
+
+
+def _trace_args_by_event(result: Any, events: list[Any]) -> list[str | None]:
+    """Kineto's own args fragment for each event (what its JSON writer prints).
+
+    ``trace_activities()`` lists the same events as ``events()`` in another
+    order; they are matched by (name, start ns), ties in order of appearance.
+    """
+    pending: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for act in reversed(result.trace_activities()):
+        pending[(act.name(), act.timestamp())].append(act.metadata_json())
+    fragments: list[str | None] = []
+    for ev in events:
+        queue = pending.get((ev.name(), ev.start_ns()))
+        fragments.append(queue.pop() if queue else None)
+    return fragments
+
+
+def _deferred(events: list[Any], accessor: str, dtype: str) -> Any:
+    def provide() -> tuple[np.ndarray, None]:
+        with _gc_paused():
+            return _column(events, accessor, dtype), None
+
+    return provide
+
+
+class _gc_paused:
+    """Pause the cyclic GC while decoding.
+
+    Decoding allocates hundreds of thousands of short-lived containers next to
+    as many pybind objects, and the collector would rescan them again and again.
+    """
+
+    def __enter__(self) -> None:
+        self._was_enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._was_enabled:
+            gc.enable()
+
+
+def decode_result(result: Any, config: ProfileConfig, *, pid: int | None = None) -> tuple[EventBatch, dict]:
+    """Turn a ``torch._C._autograd._ProfilerResult`` into one ``EventBatch``.
+
+    Decodes now what tables need (names, times, threads, and what the flags
+    ask for: FLOPs, shapes, stacks, memory) and defers what only traces and
+    ``events()`` need (OS thread ids, correlation and sequence ids, flows,
+    Kineto's args), so a table prints before those are ever read. Returns the
+    batch and facts for the trace (``start_ns``).
+    """
+    with _gc_paused():
+        return _decode_now(result, config, pid=os.getpid() if pid is None else pid)
+
+
+def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventBatch, dict]:
+    events = list(result.events())
+    n = len(events)
+    name_idx, names = intern_column(map(methodcaller("name"), events))
+    start = _column(events, "start_ns", "int64")
+    end = _column(events, "end_ns", "int64")
+    thread = _column(events, "start_thread_id", "int64")
+    end_thread = _column(events, "end_thread_id", "int64")
+    kind = _kind_column(list(map(methodcaller("activity_type"), events)), names, name_idx)
+    columns: dict[str, Any] = {
+        "kind": kind,
+        "name": name_idx,
+        "start_ns": start,
+        "dur_ns": end - start,
+        "pid": np.full(n, pid, dtype=np.int64),
+        "thread": thread,
+        "is_async": _column(events, "is_async", "bool") | (thread != end_thread),
+    }
+    tables: dict[str, tuple] = {"name": names}
+    deferred: dict[str, Any] = {
+        "tid": _deferred(events, "device_resource_id", "int64"),
+        "correlation_id": _deferred(events, "correlation_id", "int64"),
+        "flow_id": _deferred(events, "flow_id", "int64"),
+        "flow_type": _deferred(events, "flow_type", "int8"),
+        "flow_start": _deferred(events, "flow_start", "bool"),
+    }
+    # Backward ops inherit their forward op's stack through these three.
+    for col, accessor, dtype in (
+        ("sequence_nr", "sequence_nr", "int64"),
+        ("fwd_thread", "fwd_thread_id", "int64"),
+        ("scope", "scope", "int8"),
+    ):
+        if config.with_stack:
+            columns[col] = _column(events, accessor, dtype)
+        else:
+            deferred[col] = _deferred(events, accessor, dtype)
+    if config.with_flops:
+        columns["flops"] = _column(events, "flops", "int64")
+    if config.record_shapes or config.with_flops:
+        columns["shapes"], tables["shapes"] = intern_column(
+            (_shapes_key(s) for s in map(methodcaller("shapes"), events)), empty=()
+        )
+    if config.with_stack:
+        columns["stack"], tables["stack"] = intern_column(
+            (tuple(s) for s in map(methodcaller("stack"), events)), empty=()
+        )
+        python = np.flatnonzero(kind == EventKind.PYTHON_FUNCTION)
+        for col in ("python_id", "python_parent_id"):
+            values = np.full(n, -1, dtype=np.int64)
+            values[python] = [getattr(events[i], col)() for i in python.tolist()]
+            columns[col] = values
+    if config.capture_overload_names:
+        columns["overload"], tables["overload"] = intern_column(
+            map(methodcaller("overload_name"), events), empty=""
+        )
+    memory = np.flatnonzero((kind == EventKind.MEMORY) | (kind == EventKind.OUT_OF_MEMORY))
+    if len(memory):
+        nbytes = np.zeros(n, dtype=np.int64)
+        device_type = np.zeros(n, dtype=np.int8)
+        device_index = np.zeros(n, dtype=np.int32)
+        for i in memory.tolist():
+            ev = events[i]
+            nbytes[i] = ev.nbytes()
+            device_type[i] = int(ev.device_type())
+            device_index[i] = ev.device_index()
+        columns.update(nbytes=nbytes, device_type=device_type, device_index=device_index)
+    if config.record_shapes or config.profile_memory or config.with_stack or config.with_modules:
+
+        def provide_args() -> tuple[np.ndarray, tuple]:
+            with _gc_paused():
+                return intern_column(_trace_args_by_event(result, events))
+
+        deferred["args"] = provide_args
+    batch = EventBatch.build(SOURCE, columns, tables, deferred)
+    return batch, {"start_ns": int(result.trace_start_ns())}
+
+
+def _experimental_config(config: ProfileConfig) -> Any:
+    from torch._C._profiler import _ExperimentalConfig
+
+    if config.experimental_config is not None:
+        return config.experimental_config
+    return _ExperimentalConfig(
+        verbose=config.verbose,
+        profile_all_threads=config.profile_all_threads,
+        capture_overload_names=config.capture_overload_names,
+    )
+
+
+class TorchCpuTracer(Tracer):
+    """Records torch ops, record_function ranges, memory, shapes, FLOPs and stacks."""
+
+    name = SOURCE
+    activities = frozenset({ProfilerActivity.CPU})
+
+    def __init__(self, config: ProfileConfig) -> None:
+        super().__init__()
+        self.config = config
+        self._state = "idle"
+        self._start_ns = 0
+        self._end_ns = 0
+        self._result_start_ns = 0
+
+    def _profiler_config(self) -> Any:
+        from torch._C._profiler import ProfilerConfig, ProfilerState
+
+        cfg = self.config
+        return ProfilerConfig(
+            ProfilerState.KINETO,
+            cfg.record_shapes or cfg.with_flops,  # torch: with_flops implies record_shapes
+            cfg.profile_memory,
+            cfg.with_stack,
+            cfg.with_flops,
+            cfg.with_modules,
+            _experimental_config(cfg),
+            cfg.trace_id,
+        )
+
+    def _check_no_other_profiler(self) -> None:
+        import torch
+
+        if torch.autograd._profiler_enabled():
+            kind = torch._C._autograd._profiler_type()
+            raise RuntimeError(
+                f"another profiler ({kind}) is already running on this thread; torch's collector "
+                "supports one at a time, and starting a second one would silently discard the first "
+                "one's events. Stop it before starting this one."
+            )
+
+    def prepare(self) -> None:
+        from torch._C._autograd import _prepare_profiler
+        from torch._C._profiler import ProfilerActivity as TorchActivity
+
+        self._check_no_other_profiler()
+        self._cfg = self._profiler_config()
+        self._torch_activities = {TorchActivity.CPU}
+        _prepare_profiler(self._cfg, self._torch_activities)
+        self._state = "prepared"
+
+    def start(self) -> None:
+        from torch._C._autograd import _enable_profiler
+
+        if self._state != "prepared":
+            self.prepare()
+        self.outbox.reopen()
+        self._start_ns = time.time_ns()
+        _enable_profiler(self._cfg, self._torch_activities)
+        self._state = "running"
+
+    def stop(self) -> None:
+        from torch._C._autograd import _disable_profiler
+
+        if self._state != "running":
+            self.outbox.close()
+            return
+        try:
+            result = _disable_profiler()
+        finally:
+            self._state = "idle"
+            self._end_ns = time.time_ns()
+        self.outbox.put(result)
+        self.outbox.close()
+
+    def decode(self, item: Any) -> list[EventBatch]:
+        batch, facts = decode_result(item, self.config)
+        self._result_start_ns = facts["start_ns"]
+        return [batch]
+
+    def trace_metadata(self) -> dict[str, Any]:
+        return {"start_ns": self._result_start_ns or self._start_ns, "end_ns": self._end_ns}
+
+
+class TorchCpuUnavailable(PolyprofError):
+    """Raised when CPU profiling is asked for and torch cannot be driven."""
+
+
+@hookimpl(trylast=True)
+def polyprof_capabilities() -> Capabilities:
+    return Capabilities(activities={ProfilerActivity.CPU}, unavailable_reason=torch_unavailable_reason())
+
+
+@hookimpl(trylast=True)
+def polyprof_make_tracers(config: ProfileConfig) -> list[Tracer]:
+    if ProfilerActivity.CPU not in config.activities:
+        return []
+    reason = torch_unavailable_reason()
+    if reason is not None:
+        raise TorchCpuUnavailable(f"CPU profiling needs torch: {reason}")
+    return [TorchCpuTracer(config)]

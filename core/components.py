@@ -4,8 +4,10 @@ Hooks (``polyprof.hookspecs``) build these objects once per session; after that
 polyprof calls their methods directly, never a hook per event.
 
 Threads: ``Tracer.prepare/start/stop`` run on the profiled (user's) thread,
-because torch's profiler state is per thread. ``Tracer.decode``, every
-``Subscriber.consume`` and ``Subscriber.finish`` run on the bus thread.
+because torch's profiler state is per thread. ``Tracer.decode`` runs on the bus thread;
+``Subscriber.consume`` and ``Subscriber.finish`` run on a bus worker thread,
+one call at a time per subscriber, never on the user's thread (so a slow
+subscriber cannot stall the bus or the others).
 ``Exporter.export`` and ``Aggregator.aggregate`` run on whichever thread asks
 for the result (usually the user's).
 """
@@ -119,7 +121,10 @@ class Tracer(abc.ABC):
 
 
 class Subscriber(abc.ABC):
-    """Receives every batch on the bus, on the bus thread, from its own bounded stream."""
+    """Receives every batch on the bus from its own bounded stream.
+
+    Called on a bus worker thread, one call at a time for this subscriber.
+    """
 
     name: str = "subscriber"
 

@@ -92,8 +92,8 @@ def polyprof_make_tracers(config: ProfileConfig) -> list[Tracer] | None:
 def polyprof_make_subscribers(config: ProfileConfig) -> list[Subscriber] | None:
     """Build streaming consumers that receive every event batch on the bus.
 
-    Called once per session. Subscribers run on the bus thread, each fed by
-    its own bounded stream; one that raises is isolated and logged. Not
+    Called once per session. Subscribers run on bus worker threads (one call
+    at a time per subscriber), each fed by its own bounded stream; one that raises is isolated and logged. Not
     firstresult: all subscribers are attached.
 
     :param config: the session's configuration.

@@ -19,6 +19,7 @@ import attrs
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity, coerce_activity
 from polyprof.components import Aggregator, Exporter, Subscriber, Tracer
+from polyprof.bus import EventBus
 from polyprof.config import ProfileConfig
 from polyprof.errors import ActivityUnavailableError
 from polyprof.events import EventBatch, concat
@@ -105,6 +106,7 @@ class Session:
     aggregators: Mapping[str, Aggregator]
     collector: TraceCollector
     bus: Any
+    owns_plugin_manager: bool = True
     _exporters: dict[str, Exporter] = attrs.field(factory=dict)
     _closed: bool = False
     _recording: bool = False
@@ -119,9 +121,9 @@ class Session:
         **flags: Any,
     ) -> Session:
         """Build a session: resolve activities against installed plugins, make components."""
-        from polyprof.bus import EventBus
         from polyprof.registry import make_plugin_manager
 
+        owns_pm = plugin_manager is None
         pm = plugin_manager if plugin_manager is not None else make_plugin_manager()
         requested = None if activities is None else frozenset(coerce_activity(a) for a in activities)
         chosen = resolve_activities(pm, requested)
@@ -138,8 +140,9 @@ class Session:
             aggregators=aggregators,
             collector=collector,
             bus=EventBus(),
+            owns_plugin_manager=owns_pm,
         )
-        pm.hook.polyprof_session_start(session=session)
+        pm.call_each("polyprof_session_start", session=session)
         log.debug("session_created", activities=sorted(a.name for a in chosen), tracers=[t.name for t in tracers])
         return session
 
@@ -157,7 +160,13 @@ class Session:
 
     def start(self) -> None:
         """Start every tracer; the bus starts pulling from them."""
-        self.bus.begin_recording(self.tracers, self.subscribers)
+        if self._closed:
+            self._closed = False
+            self.bus = EventBus()
+        for tracer in self.tracers:
+            self.bus.add_tracer(tracer)
+        for subscriber in self.subscribers:
+            self.bus.subscribe(subscriber)
         started: list[Tracer] = []
         try:
             for tracer in self.tracers:
@@ -166,7 +175,8 @@ class Session:
         except BaseException:
             for tracer in reversed(started):
                 _stop_quietly(tracer)
-            self.bus.end_recording()
+            self.bus.finish_recording()
+            self.collector.take()
             raise
         self._recording = True
 
@@ -180,7 +190,8 @@ class Session:
                 log.error("tracer_stop_failed", tracer=tracer.name, exc_info=True)
                 errors.append(exc)
         self._recording = False
-        self.bus.end_recording()
+        if not self.bus.finish_recording():
+            log.error("bus_finish_timed_out", statistics=str(self.bus.statistics()))
         trace = self._assemble(metadata_json or {}, trace_id)
         if errors:
             raise errors[0]
@@ -193,7 +204,7 @@ class Session:
         for tracer in self.tracers:
             _stop_quietly(tracer)
         self._recording = False
-        self.bus.end_recording()
+        self.bus.finish_recording()
         self.collector.take()
 
     def _assemble(self, metadata_json: Mapping[str, str], trace_id: str) -> Trace:
@@ -213,7 +224,7 @@ class Session:
         starts = facts.get("start_ns") or [int(events["start_ns"].min()) if len(events) else 0]
         ends = facts.get("end_ns") or [int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0]
         stats = self.bus.statistics()
-        dropped = sum(stats.dropped_events.values()) if hasattr(stats, "dropped_events") else 0
+        dropped = stats.events_dropped_total
         if dropped:
             notes.append(f"{dropped} events were dropped on the event bus (a subscriber could not keep up)")
         return Trace(
@@ -231,10 +242,7 @@ class Session:
 
     def trace_ready(self, trace: Trace) -> None:
         """Tell plugins a trace is finished; their errors are logged, never raised."""
-        try:
-            self.plugin_manager.hook.polyprof_trace_ready(session=self, trace=trace)
-        except Exception:  # noqa: BLE001 - plugins must not break the profiled program
-            log.error("trace_ready_hook_failed", exc_info=True)
+        self.plugin_manager.call_each("polyprof_trace_ready", isolate_errors=True, session=self, trace=trace)
 
     def toggle_collection(self, enable: bool, activities: frozenset[ProfilerActivity]) -> None:
         """Pause or resume collection of ``activities`` (torch's toggle_collection_dynamic)."""
@@ -265,16 +273,14 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        try:
-            self.plugin_manager.hook.polyprof_session_finish(session=self)
-        except Exception:  # noqa: BLE001
-            log.error("session_finish_hook_failed", exc_info=True)
-        for exporter in self._exporters.values():
-            try:
-                exporter.shutdown()
-            except Exception:  # noqa: BLE001
-                log.error("exporter_shutdown_failed", exporter=exporter.name, exc_info=True)
+        self.plugin_manager.call_each("polyprof_session_finish", isolate_errors=True, session=self)
         self.bus.close()
+
+    def shutdown(self) -> None:
+        """Release the plugin manager (and its exporters) when this session created it."""
+        self.close()
+        if self.owns_plugin_manager:
+            self.plugin_manager.close()
 
 
 def _stop_quietly(tracer: Tracer) -> None:

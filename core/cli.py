@@ -1,0 +1,219 @@
+"""The ``polyprof`` command line (also ``python -m polyprof``).
+
+Each subcommand is a function that adds its parser to the subparsers and sets
+``handler`` (``args -> exit code``) as a default; ``SUBCOMMANDS`` lists them.
+A new subcommand (``run``, ``report``) lives in its own module with an
+``add_parser(subparsers)`` function and is appended to ``SUBCOMMANDS``.
+
+This is the only place in polyprof that configures logging: diagnostics go to
+stderr, results to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import textwrap
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from polyprof import __version__
+from polyprof.errors import PolyprofError
+from polyprof.registry import (
+    ALLOW_LIST_ENV,
+    DISABLE_AUTOLOAD_ENV,
+    PLUGIN_STATUSES,
+    TRACE_ENV,
+    PluginInfo,
+    env_flag,
+    make_plugin_manager,
+)
+
+Handler = Callable[[argparse.Namespace], int]
+
+#: Widest a wrapped table cell gets before it wraps onto more lines.
+_MAX_CELL_WIDTH = {"STATUS": 56, "PROVIDES": 44}
+
+
+# ---------------------------------------------------------------- logging
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time (test capture swaps it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:  # the base class assigns it; we always follow sys.stderr
+        pass
+
+
+def configure_logging(verbosity: int = 0) -> None:
+    """Send polyprof's log records to stderr: warnings, ``-v`` info, ``-vv`` debug.
+
+    Library modules log through ``polyprof._log`` into the stdlib logger tree
+    under ``polyprof``; only this entry point attaches a handler. Calling it
+    again replaces the handler instead of adding a second one.
+    """
+    if verbosity >= 2:
+        level = logging.DEBUG
+    elif verbosity == 1 or env_flag(TRACE_ENV):
+        level = logging.INFO
+    else:
+        level = logging.WARNING
+    logger = logging.getLogger("polyprof")
+    for old in [h for h in logger.handlers if isinstance(h, _StderrHandler)]:
+        logger.removeHandler(old)
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("polyprof %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(level)
+
+
+# ---------------------------------------------------------------- plugins
+
+
+def add_plugins_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plugins",
+        help="list installed plugins, their status and what they provide",
+        description=(
+            "List every polyprof plugin: built-ins and those installed through the 'polyprof' "
+            f"entry-point group. {DISABLE_AUTOLOAD_ENV}=1 and {ALLOW_LIST_ENV}=a,b apply as in a "
+            "profiling session; plugins they leave out show as blocked."
+        ),
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON list of plugin records")
+    parser.add_argument(
+        "--tracebacks", action="store_true", help="after the table, print the traceback of each failed plugin"
+    )
+    parser.set_defaults(handler=run_plugins_command)
+
+
+def _provides(info: PluginInfo) -> str:
+    caps = info.capabilities
+    if caps is None:
+        return "-"
+    parts = []
+    if caps.activities:
+        parts.append("activities: " + ", ".join(sorted(a.name for a in caps.activities)))
+    if caps.exporters:
+        parts.append("exporters: " + ", ".join(caps.exporters))
+    if caps.aggregators:
+        parts.append("aggregators: " + ", ".join(caps.aggregators))
+    return "; ".join(parts) or "-"
+
+
+def format_plugin_table(infos: Sequence[PluginInfo]) -> str:
+    """A plain-text table: name, distribution, version, status, provides (long cells wrap)."""
+    header = ("NAME", "DISTRIBUTION", "VERSION", "STATUS", "PROVIDES")
+    rows = [
+        (
+            info.name,
+            info.distribution or "(in code)",
+            info.version or "-",
+            info.display_status,
+            _provides(info),
+        )
+        for info in infos
+    ]
+    widths = []
+    for col, title in enumerate(header):
+        natural = max([len(title), *(len(row[col]) for row in rows)])
+        widths.append(min(natural, _MAX_CELL_WIDTH.get(title, natural)))
+    lines = ["  ".join(title.ljust(w) for title, w in zip(header, widths, strict=True)).rstrip()]
+    for row in rows:
+        cells = [
+            textwrap.wrap(text, width=w, break_on_hyphens=False) or [""]
+            for text, w in zip(row, widths, strict=True)
+        ]
+        for i in range(max(len(c) for c in cells)):
+            parts = [(c[i] if i < len(c) else "").ljust(w) for c, w in zip(cells, widths, strict=True)]
+            lines.append("  ".join(parts).rstrip())
+    counts = Counter(info.status for info in infos)
+    shown = [s for s in PLUGIN_STATUSES if counts[s] or s in ("loaded", "failed")]
+    lines.append("")
+    lines.append(f"{len(infos)} plugins: " + ", ".join(f"{counts[s]} {s}" for s in shown))
+    return "\n".join(lines) + "\n"
+
+
+def run_plugins_command(args: argparse.Namespace) -> int:
+    logger = logging.getLogger("polyprof")
+    quiet = args.verbose == 0 and not env_flag(TRACE_ENV)
+    level = logger.level
+    if quiet:  # load failures are this command's output; do not repeat them as log lines
+        logger.setLevel(logging.ERROR)
+    try:
+        with make_plugin_manager() as pm:
+            infos = pm.plugin_infos()
+    finally:
+        logger.setLevel(level)
+    out = sys.stdout
+    if args.json:
+        json.dump([info.to_dict() for info in infos], out, indent=2)
+        out.write("\n")
+        return 0
+    out.write(format_plugin_table(infos))
+    failed = [info for info in infos if info.traceback]
+    if args.tracebacks:
+        for info in failed:
+            out.write(f"\n--- {info.name} ({info.module}) ---\n{info.traceback}")
+    elif failed:
+        out.write("Run `polyprof plugins --tracebacks` to see why plugins failed.\n")
+    return 0
+
+
+# --------------------------------------------------------------- the command
+
+#: Functions that add one subcommand each (``add_parser(subparsers)``).
+SUBCOMMANDS: list[Callable[[Any], None]] = [add_plugins_command]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="polyprof",
+        description="polyprof: torch.profiler's API and output, faster, with any accelerator by plugin.",
+    )
+    parser.add_argument("--version", action="version", version=f"polyprof {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="log more to stderr (-v info, -vv debug)"
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in SUBCOMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``polyprof`` command; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors: argparse already printed
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    configure_logging(args.verbose)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return handler(args)
+    except PolyprofError as exc:
+        print(f"polyprof: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `polyprof plugins | head`: the reader left; exit quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+        return 0
+
+
+__all__ = ["SUBCOMMANDS", "build_parser", "configure_logging", "format_plugin_table", "main"]

@@ -1,0 +1,297 @@
+"""Helpers for testing polyprof plugins without torch, hardware or installation.
+
+Typical exporter test::
+
+    from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
+    import my_plugin
+
+    def test_my_exporter(tmp_path):
+        pm = make_plugin_manager_for_tests(my_plugin)
+        trace = make_trace(make_event_batch([{"name": "aten::mm", "start_ns": 0, "dur_ns": 1000}]))
+        exporter = pm.make_exporter(trace.config, "mine")
+        exporter.export(trace, str(tmp_path / "out.mine"))
+
+``make_plugin_manager_for_tests`` registers only the plugins you pass (no
+entry points, no built-ins) unless you ask for them, and raises when one of
+them fails to register, so a misspelled hook name fails the test.
+``InMemoryExporter``, ``FakeTracer`` and ``ComponentPlugin`` stand in for the
+other side of the contract.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from polyprof.activity import ProfilerActivity, coerce_activity
+from polyprof.components import Aggregator, Capabilities, Exporter, Subscriber, Tracer
+from polyprof.config import ProfileConfig
+from polyprof.errors import PluginLoadError
+from polyprof.events import FIELDS, EventBatch, EventKind, concat, intern_column
+from polyprof.hookspecs import hookimpl
+from polyprof.registry import PolyprofPluginManager, make_plugin_manager
+from polyprof.trace import Trace
+
+
+def make_plugin_manager_for_tests(
+    *plugins: object | tuple[str, object],
+    autoload: bool = False,
+    builtins: bool | None = None,
+    strict: bool = True,
+) -> PolyprofPluginManager:
+    """A plugin manager holding ``plugins`` (modules, objects or ``(name, plugin)`` pairs).
+
+    :param autoload: also load third-party plugins from entry points (as a real session does).
+    :param builtins: also load polyprof's built-in plugins; defaults to ``autoload``.
+    :param strict: raise ``PluginLoadError`` when one of ``plugins`` failed to
+        register (bad hook signature, unknown hook name, capabilities that
+        raise). An *unavailable* plugin is not an error: test that path
+        through ``pm.plugin_info(name).status``.
+    """
+    pm = make_plugin_manager(
+        autoload=autoload,
+        allow=None if autoload else (),
+        extra_plugins=plugins,
+        builtins=autoload if builtins is None else builtins,
+        entry_points=autoload,
+    )
+    if strict:
+        # Plugins given in code are the ones without a distribution.
+        failed = [info for info in pm.plugin_infos() if info.distribution is None and info.status == "failed"]
+        if failed:
+            details = "\n\n".join(
+                f"plugin {i.name!r} ({i.module}): {i.reason}\n{i.traceback or ''}" for i in failed
+            )
+            raise PluginLoadError(f"{len(failed)} plugin(s) failed to register:\n{details}")
+    return pm
+
+
+@attrs.frozen(eq=False)
+class ExportedTrace:
+    """One call to ``InMemoryExporter.export``."""
+
+    trace: Trace
+    path: str
+    options: Mapping[str, Any]
+
+
+class InMemoryExporter(Exporter):
+    """An exporter that keeps what it is given instead of writing files.
+
+    Thread-safe. ``exported`` lists the calls in order; ``traces`` the traces.
+    """
+
+    def __init__(self, name: str = "memory", suffixes: tuple[str, ...] = (".memory",)) -> None:
+        self.name = name
+        self.suffixes = tuple(suffixes)
+        self._lock = threading.Lock()
+        self._exported: list[ExportedTrace] = []
+        self.shut_down = False
+
+    def export(self, trace: Trace, path: str, **options: Any) -> str:
+        if not isinstance(trace, Trace):
+            raise TypeError(
+                f"InMemoryExporter.export needs a polyprof.trace.Trace, not {type(trace).__name__}"
+            )
+        written = os.fspath(path)
+        with self._lock:
+            self._exported.append(ExportedTrace(trace, written, dict(options)))
+        return written
+
+    @property
+    def exported(self) -> list[ExportedTrace]:
+        with self._lock:
+            return list(self._exported)
+
+    @property
+    def traces(self) -> list[Trace]:
+        return [item.trace for item in self.exported]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._exported.clear()
+
+    def shutdown(self) -> None:
+        self.shut_down = True
+
+
+class FakeTracer(Tracer):
+    """A tracer that emits the given ``EventBatch`` objects at ``stop``.
+
+    ``calls`` records the life-cycle calls (``prepare``, ``start``, ``stop``,
+    ``flush``) in order, so tests can check how a session drives tracers.
+    Each recording cycle emits the same batches again.
+    """
+
+    def __init__(
+        self,
+        batches: Iterable[EventBatch] = (),
+        *,
+        name: str = "fake",
+        activities: Iterable[Any] = (ProfilerActivity.CPU,),
+    ) -> None:
+        super().__init__()
+        self.batches = tuple(batches)
+        for batch in self.batches:
+            if not isinstance(batch, EventBatch):
+                raise TypeError(f"FakeTracer takes EventBatch objects, not {type(batch).__name__}")
+        self.name = name
+        self.activities = frozenset(coerce_activity(a) for a in activities)
+        self.calls: list[str] = []
+        self.start_ns: int | None = None
+        self.end_ns: int | None = None
+
+    def prepare(self) -> None:
+        self.calls.append("prepare")
+
+    def start(self) -> None:
+        self.calls.append("start")
+        self.outbox.reopen()
+        self.start_ns = time.time_ns()
+        self.end_ns = None
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+        for batch in self.batches:
+            self.outbox.put(batch)
+        self.end_ns = time.time_ns()
+        self.outbox.close()
+
+    def flush(self) -> None:
+        self.calls.append("flush")
+
+    def trace_metadata(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {}
+        if self.start_ns is not None:
+            meta["start_ns"] = self.start_ns
+        if self.end_ns is not None:
+            meta["end_ns"] = self.end_ns
+        return meta
+
+
+class ComponentPlugin:
+    """A plugin object serving ready-made components through the hooks.
+
+    ``make_plugin_manager_for_tests(ComponentPlugin(exporters=[InMemoryExporter()]))``
+    gives a manager whose ``make_exporter(config, "memory")`` returns that
+    exporter. Tracers are offered for the activities in ``config.activities``.
+    """
+
+    def __init__(
+        self,
+        *,
+        plugin_name: str = "components",
+        tracers: Sequence[Tracer] = (),
+        subscribers: Sequence[Subscriber] = (),
+        aggregators: Sequence[Aggregator] = (),
+        exporters: Sequence[Exporter] = (),
+        unavailable_reason: str | None = None,
+    ) -> None:
+        self.plugin_name = plugin_name
+        self.tracers = list(tracers)
+        self.subscribers = list(subscribers)
+        self.aggregators = list(aggregators)
+        self.exporters = list(exporters)
+        self.unavailable_reason = unavailable_reason
+
+    @hookimpl
+    def polyprof_capabilities(self) -> Capabilities:
+        return Capabilities(
+            activities=frozenset(a for t in self.tracers for a in t.activities),
+            exporters=tuple(e.name for e in self.exporters),
+            aggregators=tuple(a.name for a in self.aggregators),
+            unavailable_reason=self.unavailable_reason,
+        )
+
+    @hookimpl
+    def polyprof_make_tracers(self, config: ProfileConfig) -> list[Tracer]:
+        return [t for t in self.tracers if set(t.activities) & set(config.activities)]
+
+    @hookimpl
+    def polyprof_make_subscribers(self, config: ProfileConfig) -> list[Subscriber]:
+        return list(self.subscribers)
+
+    @hookimpl
+    def polyprof_make_aggregators(self, config: ProfileConfig) -> list[Aggregator]:
+        return list(self.aggregators)
+
+    @hookimpl
+    def polyprof_make_exporter(self, config: ProfileConfig, name: str) -> Exporter | None:
+        for exporter in self.exporters:
+            if exporter.name == name:
+                return exporter
+        return None
+
+
+def make_event_batch(events: Sequence[Mapping[str, Any]], source: str = "test") -> EventBatch:
+    """An ``EventBatch`` from one dict per event (test data; a Python loop per event).
+
+    Keys are ``polyprof.events.FIELDS`` names; interned fields take plain
+    values (``"name": "aten::mm"``, ``"shapes": ((2, 3),)``). ``kind`` may be
+    an ``EventKind``; missing ``kind``/``start_ns``/``dur_ns`` default to
+    ``CPU_OP``/0/0.
+    """
+    keys = {key for event in events for key in event}
+    unknown = sorted(keys - set(FIELDS))
+    if unknown:
+        raise ValueError(f"unknown event fields {unknown}; valid fields: {sorted(FIELDS)}")
+    columns: dict[str, Any] = {}
+    tables: dict[str, tuple] = {}
+    for field in keys | {"kind", "name", "start_ns", "dur_ns"}:
+        spec = FIELDS[field]
+        if spec.interned:
+            empty = () if field in ("shapes", "stack") else ""
+            values = [event.get(field, empty) for event in events]
+            values = [
+                tuple(map(tuple, v)) if field == "shapes" else tuple(v) if field == "stack" else v
+                for v in values
+            ]
+            columns[field], tables[field] = intern_column(values, empty=empty)
+        else:
+            columns[field] = [int(event.get(field, spec.default)) for event in events]
+    return EventBatch.build(source, columns, tables)
+
+
+def make_trace(
+    *batches: EventBatch,
+    config: ProfileConfig | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    pid: int = 4242,
+    hostname: str = "test-host",
+) -> Trace:
+    """A ``Trace`` of ``batches`` (concatenated) for exporter and aggregator tests.
+
+    ``start_ns``/``end_ns`` default to the events' extent.
+    """
+    events = concat(list(batches), source="test") if batches else EventBatch.empty("test")
+    if len(events):
+        first = int(events["start_ns"].min())
+        last = int((events["start_ns"] + events["dur_ns"]).max())
+    else:
+        first = last = 0
+    return Trace(
+        events=events,
+        config=config if config is not None else ProfileConfig(activities={ProfilerActivity.CPU}),
+        start_ns=first if start_ns is None else start_ns,
+        end_ns=last if end_ns is None else end_ns,
+        pid=pid,
+        hostname=hostname,
+    )
+
+
+__all__ = [
+    "ComponentPlugin",
+    "EventKind",
+    "ExportedTrace",
+    "FakeTracer",
+    "InMemoryExporter",
+    "make_event_batch",
+    "make_plugin_manager_for_tests",
+    "make_trace",
+]

@@ -204,7 +204,7 @@ def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventB
             device_type[i] = int(ev.device_type())
             device_index[i] = ev.device_index()
         columns.update(nbytes=nbytes, device_type=device_type, device_index=device_index)
-    if config.record_shapes or config.profile_memory or config.with_stack or config.with_modules:
+    if config.record_shapes or config.with_flops or config.profile_memory or config.with_stack or config.with_modules:
 
         def provide_args() -> tuple[np.ndarray, tuple]:
             with _gc_paused():

@@ -1,0 +1,863 @@
+"""The built-in "chrome" exporter: Kineto-shaped Chrome trace JSON.
+
+It writes what torch's Kineto writer (``_ProfilerResult.save``) writes, so the
+Perfetto UI, chrome://tracing and Holistic Trace Analysis read our files the
+way they read torch's:
+
+* top-level keys in Kineto's order: ``schemaVersion``, ``deviceProperties``,
+  the metadata keys, ``displayTimeUnit``, ``baseTimeNanoseconds``,
+  ``traceEvents`` and, last, ``traceName``;
+* ``ts``/``dur`` in microseconds with exactly three decimals, relative to
+  ``baseTimeNanoseconds`` (a "trimonth" boundary, so the numbers stay exact as
+  doubles), computed with integer arithmetic;
+* Kineto's categories, args, process/thread metadata events, ``fwdbwd`` and
+  ``ac2g`` flows, the ``PyTorch Profiler (0)`` span and its global instants;
+* Python's default JSON separators (``", "``, ``": "``): HTA finds the rank of a
+  file with the regex ``"rank":\\s+(\\d+)``.
+
+Speed: the text is built with f-strings over column lists, one string per
+event, and names, shapes and stacks are JSON-encoded once per unique value
+(the columns are interned), never one dict per event through ``json.dumps``.
+
+Unlike Kineto this writer escapes names properly (Kineto writes a ``"`` in a
+``record_function`` name as is, which makes its file unreadable) and keeps
+backslashes instead of turning them into ``/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+
+from polyprof._log import get_logger
+from polyprof.components import Capabilities, Exporter
+from polyprof.config import ProfileConfig
+from polyprof.events import DeviceType, EventBatch, EventKind
+from polyprof.fileio import atomic_writer, check_writable_path
+from polyprof.hookspecs import hookimpl
+from polyprof.trace import Trace
+
+log = get_logger(__name__)
+
+EXPORTER_NAME = "chrome"
+
+#: libkineto's ChromeTraceBaseTime interval (about three months), in seconds.
+TRIMONTH_SECONDS = 7889238
+
+#: Kineto's process sort indexes: device lanes after the CPU, spans at the bottom.
+DEVICE_SORT_INDEX_BASE = 5_000_000
+OVERHEAD_SORT_INDEX = 0x100000
+SPANS_SORT_INDEX = 0x20000000
+
+#: Keys that Kineto itself places at the top level; metadata may not reuse them.
+RESERVED_TOP_LEVEL_KEYS = frozenset(
+    {
+        "schemaVersion",
+        "deviceProperties",
+        "displayTimeUnit",
+        "baseTimeNanoseconds",
+        "traceEvents",
+        "traceName",
+    }
+)
+
+#: ProfileConfig flag -> metadata key, in the order torch adds them.
+CONFIG_FLAG_KEYS = ("profile_memory", "with_stack", "record_shapes", "with_modules", "with_flops")
+
+#: Chrome trace category of each kind whose category does not depend on the device.
+CATEGORY_BY_KIND: dict[EventKind, str] = {
+    EventKind.CPU_OP: "cpu_op",
+    EventKind.USER_ANNOTATION: "user_annotation",
+    EventKind.PYTHON_FUNCTION: "python_function",
+    EventKind.MEMORY: "cpu_instant_event",
+    EventKind.OUT_OF_MEMORY: "cpu_instant_event",
+    EventKind.KERNEL: "kernel",
+    EventKind.GPU_MEMCPY: "gpu_memcpy",
+    EventKind.GPU_MEMSET: "gpu_memset",
+    EventKind.GPU_USER_ANNOTATION: "gpu_user_annotation",
+    EventKind.OVERHEAD: "overhead",
+}
+#: Kinds whose category is "<device>_<suffix>" (cuda_runtime, xpu_sync, ...).
+DEVICE_CATEGORY_SUFFIX: dict[EventKind, str] = {
+    EventKind.RUNTIME: "runtime",
+    EventKind.DRIVER: "driver",
+    EventKind.SYNC: "sync",
+}
+
+#: Events on the host: pid = OS pid, tid = OS thread id.
+HOST_KINDS = frozenset(
+    {
+        EventKind.CPU_OP,
+        EventKind.USER_ANNOTATION,
+        EventKind.PYTHON_FUNCTION,
+        EventKind.MEMORY,
+        EventKind.OUT_OF_MEMORY,
+        EventKind.RUNTIME,
+        EventKind.DRIVER,
+    }
+)
+#: Events on a device lane: pid = device index, tid = stream / queue.
+DEVICE_KINDS = frozenset(
+    {
+        EventKind.KERNEL,
+        EventKind.GPU_MEMCPY,
+        EventKind.GPU_MEMSET,
+        EventKind.GPU_USER_ANNOTATION,
+        EventKind.SYNC,
+    }
+)
+#: Kinds that carry an "Ev Idx" (host events recorded by torch's collector), by numbering group:
+#: torch numbers ops and annotations first, then memory events, then Python functions.
+EV_IDX_GROUP: dict[EventKind, int] = {
+    EventKind.CPU_OP: 0,
+    EventKind.USER_ANNOTATION: 0,
+    EventKind.MEMORY: 1,
+    EventKind.OUT_OF_MEMORY: 1,
+    EventKind.PYTHON_FUNCTION: 2,
+}
+
+#: DeviceType -> (prefix of categories such as "cuda_runtime", name of its lanes).
+DEVICE_NAMES: dict[int, tuple[str, str]] = {
+    int(DeviceType.CUDA): ("cuda", "CUDA"),
+    int(DeviceType.HIP): ("cuda", "HIP"),  # ROCm's Kineto keeps the cuda_* categories
+    int(DeviceType.XPU): ("xpu", "XPU"),
+    int(DeviceType.HPU): ("hpu", "HPU"),
+    int(DeviceType.MTIA): ("mtia", "MTIA"),
+    int(DeviceType.PrivateUse1): ("privateuse1", "PrivateUse1"),
+}
+DEFAULT_DEVICE_TYPE = int(DeviceType.CUDA)
+
+FLOW_NAMES = {1: "fwdbwd", 2: "ac2g"}
+FLOW_AC2G = 2
+
+#: "000" ... "999": a list lookup is faster than a format spec per timestamp.
+_THREE_DIGITS = [f"{i:03d}" for i in range(1000)]
+
+#: Events per chunk of text handed to the file at once (bounds peak memory).
+CHUNK_EVENTS = 20_000
+
+VALID_OPTIONS = ("gzip_level",)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def trimonth_base_ns(unix_ns: int) -> int:
+    """Kineto's ``baseTimeNanoseconds``: ``unix_ns`` floored to a 7889238-second boundary."""
+    seconds = unix_ns // 1_000_000_000
+    return (seconds // TRIMONTH_SECONDS) * TRIMONTH_SECONDS * 1_000_000_000
+
+
+def format_us(ns: int) -> str:
+    """Nanoseconds as Kineto writes microseconds: ``"12.345"`` (always three decimals)."""
+    if ns < 0:
+        ns = 0
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+def json_string(text: str) -> str:
+    """``text`` as a JSON string literal (UTF-8 kept; lone surrogates escaped)."""
+    try:
+        return orjson.dumps(text).decode()
+    except TypeError:  # lone surrogates, which orjson refuses
+        return json.dumps(text)
+
+
+def _json_value(value: Any) -> str:
+    """A small JSON value with Python's default separators (``", "`` and ``": "``)."""
+    return json.dumps(value, default=str)
+
+
+def _as_json_list(value: Any) -> Any:
+    """Tuples (interned shapes) back to lists, recursively, for JSON."""
+    if isinstance(value, (tuple, list)):
+        return [_as_json_list(v) for v in value]
+    return value
+
+
+def _fragment_is_valid(fragment: str) -> bool:
+    try:
+        obj = orjson.loads("{" + fragment + "}")
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(obj, dict)
+
+
+#: torch ends almost every fragment with a running ``"Ev Idx": N``, so the
+#: fragments of repeated ops differ only in trailing digits. Validating one
+#: fragment per "shape" (trailing digits replaced by ``0``) is enough: a run of
+#: digits ending a fragment is a valid number whatever its value.
+_DIGITS = "0123456789"
+
+
+def _clean_fragments(table: Sequence[Any]) -> list[str | None]:
+    """Validate the interned args fragments; repair or quarantine broken ones.
+
+    Kineto writes its args text unchecked. Most of it is valid JSON; the rest
+    (stray quotes or backslashes in Python frames or string inputs) would make
+    the whole file unreadable, so it is repaired as Kineto repairs names
+    (backslash -> ``/``, newlines dropped) or, failing that, kept as one string.
+    """
+    # Whitespace around a fragment is harmless JSON; a blank one is no fragment.
+    cleaned: list[str | None] = [v if isinstance(v, str) and v and not v.isspace() else None for v in table]
+    shapes = {t.rstrip(_DIGITS) for t in cleaned if t is not None}
+    if not shapes:
+        return cleaned
+    try:  # one C-speed parse for the common case where everything is valid
+        orjson.loads("[{" + "0},{".join(shapes) + "0}]")
+        return cleaned
+    except orjson.JSONDecodeError:
+        pass
+    bad_shapes = {shape for shape in shapes if not _fragment_is_valid(shape + "0")}
+    repaired = 0
+    for i, text in enumerate(cleaned):
+        if text is None or text.rstrip(_DIGITS) not in bad_shapes:
+            continue
+        sanitized = text.replace("\\", "/").replace("\n", "")
+        if _fragment_is_valid(sanitized):
+            cleaned[i] = sanitized
+        else:
+            cleaned[i] = '"Args (invalid JSON)": ' + json_string(text)
+        repaired += 1
+    log.warning("chrome_trace_invalid_args", repaired=repaired, unique_fragments=len(cleaned))
+    return cleaned
+
+
+def _metadata_entries(trace: Trace) -> list[tuple[str, str]]:
+    """Top-level metadata keys and their raw JSON text, in Kineto's order."""
+    entries: dict[str, str] = {}
+    entries["trace_id"] = json_string(trace.trace_id or trace.config.trace_id or uuid.uuid4().hex.upper())
+    for flag in CONFIG_FLAG_KEYS:
+        if getattr(trace.config, flag, False):
+            entries[flag] = "1"
+    for key, raw in trace.metadata_json.items():
+        key = str(key)
+        if key in RESERVED_TOP_LEVEL_KEYS:
+            log.warning("chrome_trace_reserved_metadata_key_skipped", key=key)
+            continue
+        text = raw if isinstance(raw, str) else _json_value(raw)
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            # torch would write it unchecked and break the file; keep it, as a string.
+            log.warning("chrome_trace_metadata_not_json", key=key)
+            entries[key] = json_string(text)
+            continue
+        if key == "distributedInfo":
+            text = _json_value(value)  # HTA needs '"rank": N' with a space
+        entries[key] = text.strip()
+    if "distributedInfo" not in entries:
+        dist = distributed_info()
+        if dist is not None:
+            entries["distributedInfo"] = _json_value(dist)
+    entries["host_name"] = json_string(trace.hostname or socket.gethostname())
+    return list(entries.items())
+
+
+def distributed_info() -> dict[str, Any] | None:
+    """torch.distributed's rank facts when a process group is up, else None.
+
+    Never imports torch: when the program has not imported ``torch.distributed``
+    no process group can exist.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None
+    try:
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        info: dict[str, Any] = {
+            "backend": str(dist.get_backend()),
+            "rank": int(dist.get_rank()),
+            "world_size": int(dist.get_world_size()),
+        }
+        info["pg_count"] = int(dist.get_pg_count())
+        info["pg_config"] = dist.distributed_c10d._get_all_pg_configs()
+    except Exception as exc:  # a half-torn-down process group must not lose the trace
+        log.warning("chrome_trace_distributed_info_failed", error=repr(exc))
+        return None
+    return info
+
+
+# ------------------------------------------------------------ event columns
+
+
+class _Columns:
+    """The batch being written, its kinds checked; absent columns read as their defaults."""
+
+    def __init__(self, batch: EventBatch) -> None:
+        self.batch = batch
+        self.n = len(batch)
+        self.kind = batch["kind"].astype(np.int64)
+        unknown = sorted(set(np.unique(self.kind).tolist()) - {int(k) for k in EventKind})
+        if unknown:
+            valid = ", ".join(f"{k.name}={int(k)}" for k in EventKind)
+            raise ValueError(f"events have unknown kind values {unknown}; valid kinds: {valid}")
+
+    def col(self, name: str) -> np.ndarray:
+        return self.batch[name]
+
+    def has(self, name: str) -> bool:
+        return self.batch.has(name)
+
+
+def _kind_mask(kind: np.ndarray, kinds: frozenset[EventKind] | Sequence[EventKind]) -> np.ndarray:
+    return np.isin(kind, np.array([int(k) for k in kinds], dtype=np.int64))
+
+
+def _device_types_of_host_calls(cols: _Columns) -> np.ndarray:
+    """The device each runtime/driver/sync event talks to (DeviceType values).
+
+    Its own ``device_type`` when the tracer set one; else that of the device
+    activity with the same correlation id; else the batch's most common device.
+    """
+    device_type = cols.col("device_type").astype(np.int64)
+    result = device_type.copy()
+    on_device = _kind_mask(cols.kind, DEVICE_KINDS - {EventKind.SYNC}) & (device_type != int(DeviceType.CPU))
+    if on_device.any():
+        types, counts = np.unique(device_type[on_device], return_counts=True)
+        fallback = int(types[np.argmax(counts)])
+    else:
+        fallback = DEFAULT_DEVICE_TYPE
+    unresolved = result == int(DeviceType.CPU)
+    if unresolved.any() and on_device.any():
+        corr = cols.col("correlation_id")
+        dev_corr = corr[on_device]
+        order = np.argsort(dev_corr, kind="stable")
+        sorted_corr = dev_corr[order]
+        sorted_type = device_type[on_device][order]
+        pos = np.searchsorted(sorted_corr, corr)
+        pos_clipped = np.minimum(pos, len(sorted_corr) - 1)
+        found = unresolved & (sorted_corr[pos_clipped] == corr) & (corr != 0)
+        result[found] = sorted_type[pos_clipped[found]]
+        unresolved &= ~found
+    result[unresolved] = fallback
+    return result
+
+
+def _categories(cols: _Columns) -> tuple[list[str], np.ndarray]:
+    """(table of categories, per-event index into it)."""
+    table: list[str] = []
+    index = np.zeros(cols.n, dtype=np.int64)
+    lookup: dict[str, int] = {}
+
+    def add(cat: str) -> int:
+        if cat not in lookup:
+            lookup[cat] = len(table)
+            table.append(cat)
+        return lookup[cat]
+
+    for kind, cat in CATEGORY_BY_KIND.items():
+        mask = cols.kind == int(kind)
+        if mask.any():
+            index[mask] = add(cat)
+    needs_device = _kind_mask(cols.kind, tuple(DEVICE_CATEGORY_SUFFIX))
+    if needs_device.any():
+        device_types = _device_types_of_host_calls(cols)
+        for kind, suffix in DEVICE_CATEGORY_SUFFIX.items():
+            kind_mask = cols.kind == int(kind)
+            if not kind_mask.any():
+                continue
+            for dt in np.unique(device_types[kind_mask]).tolist():
+                prefix = DEVICE_NAMES.get(int(dt), DEVICE_NAMES[DEFAULT_DEVICE_TYPE])[0]
+                index[kind_mask & (device_types == dt)] = add(f"{prefix}_{suffix}")
+    return table, index
+
+
+def _ev_idx(kind: np.ndarray) -> np.ndarray:
+    """torch's running "Ev Idx": ops and annotations, then memory, then Python events."""
+    group = np.full(len(kind), -1, dtype=np.int64)
+    for k, g in EV_IDX_GROUP.items():
+        group[kind == int(k)] = g
+    numbered = np.flatnonzero(group >= 0)
+    order = numbered[np.argsort(group[numbered], kind="stable")]
+    ev_idx = np.full(len(kind), -1, dtype=np.int64)
+    ev_idx[order] = np.arange(len(order), dtype=np.int64)
+    return ev_idx
+
+
+def _interned_json(cols: _Columns, field: str, encode: Any) -> list[str | None] | None:
+    """Per-unique-value JSON text of an interned column, plus a trailing None for -1."""
+    if not cols.has(field):
+        return None
+    encoded: list[str | None] = [encode(v) for v in cols.batch.table(field)]
+    encoded.append(None)  # index -1 reads the last slot
+    return encoded
+
+
+def _encode_shapes(shapes: Any) -> str | None:
+    return _json_value(_as_json_list(shapes)) if shapes else None
+
+
+def _encode_stack(stack: Any) -> str | None:
+    if not stack:
+        return None
+    frames = [stack] if isinstance(stack, str) else list(stack)
+    return json_string("".join(f"{frame};" for frame in frames))
+
+
+def _build_args(cols: _Columns) -> list[str]:
+    """The ``, "args": {...}`` text of every event ("" when it has none).
+
+    One list comprehension per group of kinds: Kineto's args fragment when the
+    tracer kept one, else the standard args generated from the columns.
+    """
+    n = cols.n
+    out = np.full(n, "", dtype=object)
+    kind = cols.kind
+    if cols.has("args"):
+        frag_table = _clean_fragments(cols.batch.table("args"))
+        frag_table.append(None)  # index -1 reads the last slot
+        frag_col = cols.col("args").astype(np.int64)
+        has_fragment = np.array([f is not None for f in frag_table], dtype=bool)[frag_col]
+    else:
+        frag_table = [None]
+        frag_col = np.full(n, -1, dtype=np.int64)
+        has_fragment = np.zeros(n, dtype=bool)
+    corr = cols.col("correlation_id")
+    linked = cols.col("linked_correlation_id")
+    ev_idx = _ev_idx(kind)
+    shapes_json = _interned_json(cols, "shapes", _encode_shapes)
+    stack_json = _interned_json(cols, "stack", _encode_stack)
+
+    def optional(table: list[str | None] | None, field: str, key: str, idx: np.ndarray) -> list[str]:
+        if table is None:
+            return [""] * len(idx)
+        texts = [f', "{key}": {text}' if text is not None else "" for text in table]
+        return [texts[i] for i in cols.col(field)[idx].tolist()]
+
+    def ext(c: int) -> str:
+        return f'"External id": {c}, ' if c else ""
+
+    ops = _kind_mask(kind, (EventKind.CPU_OP, EventKind.USER_ANNOTATION))
+
+    # -- ops and annotations with torch's fragment: External id, then the fragment as is
+    idx = np.flatnonzero(ops & has_fragment)
+    if len(idx):
+        out[idx] = [
+            f', "args": {{"External id": {c}, {frag_table[a]}}}' if c else f', "args": {{{frag_table[a]}}}'
+            for c, a in zip(corr[idx].tolist(), frag_col[idx].tolist())
+        ]
+
+    # -- ops and annotations without one: Kineto's standard args from the columns
+    idx = np.flatnonzero(ops & ~has_fragment)
+    if len(idx):
+        seq = cols.col("sequence_nr")[idx].tolist()
+        fwd = cols.col("fwd_thread")[idx].tolist()
+        dims = optional(shapes_json, "shapes", "Input Dims", idx)
+        stacks = optional(stack_json, "stack", "Call stack", idx)
+        out[idx] = [
+            f', "args": {{{ext(c)}"Record function id": 0'
+            + (f', "Sequence number": {q}, "Fwd thread id": {f}' if q >= 0 else "")
+            + f'{d}{st}, "Ev Idx": {e}}}'
+            for c, q, f, d, st, e in zip(corr[idx].tolist(), seq, fwd, dims, stacks, ev_idx[idx].tolist())
+        ]
+
+    # -- memory and out-of-memory instants without a fragment
+    for mem_kind in (EventKind.MEMORY, EventKind.OUT_OF_MEMORY):
+        idx = np.flatnonzero((kind == int(mem_kind)) & ~has_fragment)
+        if not len(idx):
+            continue
+        fields = [
+            cols.col(name)[idx].tolist()
+            for name in ("total_reserved", "total_allocated", "nbytes", "device_index", "device_type", "addr")
+        ]
+        if mem_kind == EventKind.MEMORY:
+            out[idx] = [
+                f', "args": {{"Total Reserved": {r}, "Total Allocated": {a}, "Bytes": {b}, "Device Id": {d}, '
+                f'"Device Type": {t}, "Addr": {ad}, "finished": false, "Ev Idx": {e}}}'
+                for r, a, b, d, t, ad, e in zip(*fields, ev_idx[idx].tolist())
+            ]
+        else:
+            out[idx] = [
+                f', "args": {{"Device Type": {t}, "Device Id": {d}, "Bytes": {b}, "Total Allocated": {a}, '
+                f'"Total Reserved": {r}, "Ev Idx": {e}}}'
+                for r, a, b, d, t, _, e in zip(*fields, ev_idx[idx].tolist())
+            ]
+
+    # -- Python functions without a fragment
+    idx = np.flatnonzero((kind == int(EventKind.PYTHON_FUNCTION)) & ~has_fragment)
+    if len(idx):
+        py_id = cols.col("python_id")[idx].tolist()
+        parent = cols.col("python_parent_id")[idx].tolist()
+        thread = cols.col("thread")[idx].tolist()
+        stacks = optional(stack_json, "stack", "Call stack", idx)
+        out[idx] = [
+            f', "args": {{"Python thread": {t}, "Python parent id": {"null" if p < 0 else p}, '
+            f'"Python id": {i}{st}, "Ev Idx": {e}}}'
+            for t, p, i, st, e in zip(thread, parent, py_id, stacks, ev_idx[idx].tolist())
+        ]
+
+    # -- memory, Python and overhead events with a fragment: the fragment as is
+    idx = np.flatnonzero(
+        _kind_mask(
+            kind, (EventKind.MEMORY, EventKind.OUT_OF_MEMORY, EventKind.PYTHON_FUNCTION, EventKind.OVERHEAD)
+        )
+        & has_fragment
+    )
+    if len(idx):
+        out[idx] = [f', "args": {{{frag_table[a]}}}' for a in frag_col[idx].tolist()]
+
+    def extra(a: int) -> str:
+        fragment = frag_table[a]
+        return f", {fragment}" if fragment is not None else ""
+
+    # -- device activity: External id of the launching op, device, stream, correlation
+    idx = np.flatnonzero(_kind_mask(kind, DEVICE_KINDS))
+    if len(idx):
+        stream = _device_tid(cols)[idx].tolist()
+        device = cols.col("device_index")[idx].tolist()
+        out[idx] = [
+            f', "args": {{{ext(lc)}"device": {d}, "stream": {st}, "correlation": {c}{extra(a)}}}'
+            for lc, d, st, c, a in zip(
+                linked[idx].tolist(), device, stream, corr[idx].tolist(), frag_col[idx].tolist()
+            )
+        ]
+
+    # -- runtime and driver calls on the host: External id of the launching op, correlation
+    idx = np.flatnonzero(_kind_mask(kind, (EventKind.RUNTIME, EventKind.DRIVER)))
+    if len(idx):
+        out[idx] = [
+            f', "args": {{{ext(lc)}"correlation": {c}{extra(a)}}}'
+            for lc, c, a in zip(linked[idx].tolist(), corr[idx].tolist(), frag_col[idx].tolist())
+        ]
+    return out.tolist()
+
+
+def _device_tid(cols: _Columns) -> np.ndarray:
+    """Stream of device events: the ``stream`` column, else ``tid``."""
+    stream = cols.col("stream")
+    return np.where(stream >= 0, stream, cols.col("tid"))
+
+
+def _lanes(cols: _Columns) -> tuple[np.ndarray, np.ndarray]:
+    """(pid, tid) of every event as Kineto places it."""
+    pid = cols.col("pid").astype(np.int64).copy()
+    tid = cols.col("tid").astype(np.int64).copy()
+    device = _kind_mask(cols.kind, DEVICE_KINDS)
+    pid[device] = cols.col("device_index")[device]
+    tid[device] = _device_tid(cols)[device]
+    overhead = cols.kind == int(EventKind.OVERHEAD)
+    pid[overhead] = -1
+    tid[overhead] = 0
+    return pid, tid
+
+
+def _ac2g_flows(cols: _Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flow id, type and start flag per event, adding CPU->device flows Kineto draws.
+
+    Explicit ``flow_*`` columns win. A device activity without one gets an
+    ``ac2g`` flow to the runtime call with the same correlation id.
+    """
+    flow_id = cols.col("flow_id").astype(np.int64).copy()
+    flow_type = cols.col("flow_type").astype(np.int64).copy()
+    flow_start = cols.col("flow_start").astype(bool).copy()
+    corr = cols.col("correlation_id")
+    launched = _kind_mask(cols.kind, (EventKind.KERNEL, EventKind.GPU_MEMCPY, EventKind.GPU_MEMSET))
+    launched &= (flow_id == 0) & (corr != 0)
+    if not launched.any():
+        return flow_id, flow_type, flow_start
+    runtime = (cols.kind == int(EventKind.RUNTIME)) & (flow_id == 0) & (corr != 0)
+    linked_corr = np.intersect1d(corr[launched], corr[runtime])
+    if not len(linked_corr):
+        return flow_id, flow_type, flow_start
+    ends = launched & np.isin(corr, linked_corr)
+    starts = runtime & np.isin(corr, linked_corr)
+    # One start per correlation id: the first runtime call carrying it.
+    start_idx = np.flatnonzero(starts)
+    _, first = np.unique(corr[start_idx], return_index=True)
+    starts = np.zeros(cols.n, dtype=bool)
+    starts[start_idx[first]] = True
+    for mask, is_start in ((ends, False), (starts, True)):
+        flow_id[mask] = corr[mask]
+        flow_type[mask] = FLOW_AC2G
+        flow_start[mask] = is_start
+    return flow_id, flow_type, flow_start
+
+
+def _name_json(cols: _Columns) -> list[str]:
+    table = [json_string(str(name)) for name in cols.batch.table("name")]
+    table.append('""')
+    return [table[i] for i in cols.col("name").tolist()]
+
+
+# ------------------------------------------------------------------ writer
+
+
+def _metadata_event(name: str, ts: str, pid: Any, tid: Any, key: str, value: str) -> str:
+    return (
+        f'  {{"ph": "M", "name": "{name}", "ts": {ts}, "pid": {pid}, "tid": {tid}, '
+        f'"args": {{"{key}": {value}}}}}'
+    )
+
+
+def _unique_pairs(first: np.ndarray, second: np.ndarray) -> list[tuple[int, int]]:
+    """Sorted distinct (first, second) pairs (1-D uniques: much faster than ``unique(axis=0)``)."""
+    pairs: list[tuple[int, int]] = []
+    for value in np.unique(first).tolist():
+        pairs.extend((value, other) for other in np.unique(second[first == value]).tolist())
+    return pairs
+
+
+def _lane_metadata(cols: _Columns, pid: np.ndarray, tid: np.ndarray, trace: Trace, ts: str) -> list[str]:
+    """process_name / labels / sort index and thread_name / sort index events."""
+    lines: list[str] = []
+    host = _kind_mask(cols.kind, HOST_KINDS)
+    host_pids = sorted(set(np.unique(pid[host]).tolist()) | ({trace.pid} if trace.pid else set()))
+    for p in host_pids:
+        lines.append(_metadata_event("process_name", ts, p, 0, "name", '"python"'))
+        lines.append(_metadata_event("process_labels", ts, p, 0, "labels", '"CPU"'))
+        lines.append(_metadata_event("process_sort_index", ts, p, 0, "sort_index", str(p)))
+    if host.any():
+        for p, t in _unique_pairs(pid[host], tid[host]):
+            lines.append(
+                _metadata_event("thread_name", ts, p, t, "name", json_string(f"thread {t} (python)"))
+            )
+            lines.append(_metadata_event("thread_sort_index", ts, p, t, "sort_index", str(t)))
+    device = _kind_mask(cols.kind, DEVICE_KINDS)
+    if device.any():
+        device_type = cols.col("device_type").astype(np.int64)
+        named: set[int] = set()
+        for index, dtype in _unique_pairs(pid[device], device_type[device]):
+            if index in named:
+                log.warning("chrome_trace_device_lane_shared", device_index=index)
+                continue
+            named.add(index)
+            label = DEVICE_NAMES.get(dtype, DEVICE_NAMES[DEFAULT_DEVICE_TYPE])[1]
+            lines.append(
+                _metadata_event("process_name", ts, index, 0, "name", json_string(f"{label} {index}"))
+            )
+            gpu_label = "GPU" if label in ("CUDA", "HIP") else label
+            lines.append(
+                _metadata_event("process_labels", ts, index, 0, "labels", json_string(f"{gpu_label} {index}"))
+            )
+            lines.append(
+                _metadata_event(
+                    "process_sort_index", ts, index, 0, "sort_index", str(DEVICE_SORT_INDEX_BASE + index)
+                )
+            )
+        for p, t in _unique_pairs(pid[device], tid[device]):
+            lines.append(_metadata_event("thread_name", ts, p, t, "name", json_string(f"stream {t}")))
+            lines.append(_metadata_event("thread_sort_index", ts, p, t, "sort_index", str(t)))
+    if (cols.kind == int(EventKind.OVERHEAD)).any():
+        lines.append(_metadata_event("process_name", ts, -1, 0, "name", '"Overhead"'))
+        lines.append(_metadata_event("process_sort_index", ts, -1, 0, "sort_index", str(OVERHEAD_SORT_INDEX)))
+    return lines
+
+
+def _event_lines(cols: _Columns, base_ns: int, pid: np.ndarray, tid: np.ndarray) -> list[str]:
+    """The text of every event, in batch order; a flow event follows its slice."""
+    n = cols.n
+    if n == 0:
+        return []
+    category_table, category_index = _categories(cols)
+    names = _name_json(cols)
+    args = _build_args(cols)
+
+    start = cols.col("start_ns").astype(np.int64) - base_ns
+    dur = cols.col("dur_ns").astype(np.int64)
+    # Kineto moves GPU user annotations 1 ns earlier and 2 ns longer so they
+    # enclose the kernels they start with in Chrome's nesting.
+    gpu_annotation = cols.kind == int(EventKind.GPU_USER_ANNOTATION)
+    if gpu_annotation.any():
+        start = np.where(gpu_annotation, start - 1, start)
+        dur = np.where(gpu_annotation, dur + 2, dur)
+    start = np.maximum(start, 0)
+    dur = np.maximum(dur, 0)
+    ts_us, ts_ns = np.divmod(start, 1000)
+    dur_us, dur_ns = np.divmod(dur, 1000)
+
+    instant = _kind_mask(cols.kind, (EventKind.MEMORY, EventKind.OUT_OF_MEMORY))
+    lines_arr = np.empty(n, dtype=object)
+    ms = _THREE_DIGITS
+    x_prefixes = [f'  {{"ph": "X", "cat": {json_string(cat)}, "name": ' for cat in category_table]
+    idx = np.flatnonzero(~instant)
+    if len(idx):
+        lines_arr[idx] = [
+            f'{x_prefixes[c]}{names[i]}, "pid": {p}, "tid": {t}, '
+            f'"ts": {tu}.{ms[tn]}, "dur": {du}.{ms[dn]}{args[i]}}}'
+            for i, c, p, t, tu, tn, du, dn in zip(
+                idx.tolist(),
+                category_index[idx].tolist(),
+                pid[idx].tolist(),
+                tid[idx].tolist(),
+                ts_us[idx].tolist(),
+                ts_ns[idx].tolist(),
+                dur_us[idx].tolist(),
+                dur_ns[idx].tolist(),
+            )
+        ]
+    i_prefixes = [f'  {{"ph": "i", "cat": {json_string(cat)}, "s": "t", "name": ' for cat in category_table]
+    idx = np.flatnonzero(instant)
+    if len(idx):
+        lines_arr[idx] = [
+            f'{i_prefixes[c]}{names[i]}, "pid": {p}, "tid": {t}, "ts": {tu}.{ms[tn]}{args[i]}}}'
+            for i, c, p, t, tu, tn in zip(
+                idx.tolist(),
+                category_index[idx].tolist(),
+                pid[idx].tolist(),
+                tid[idx].tolist(),
+                ts_us[idx].tolist(),
+                ts_ns[idx].tolist(),
+            )
+        ]
+    lines: list[str] = lines_arr.tolist()
+
+    flow_id, flow_type, flow_start = _ac2g_flows(cols)
+    flows = np.flatnonzero((flow_id > 0) & np.isin(flow_type, list(FLOW_NAMES)))
+    unknown_flows = int(((flow_id > 0) & ~np.isin(flow_type, list(FLOW_NAMES))).sum())
+    if unknown_flows:
+        log.warning("chrome_trace_unknown_flow_type", events=unknown_flows)
+    # "s" binds to the enclosing slice; "f" with "bp": "e" to the enclosing one too.
+    for i, fid, ftype, starts, p, t, tu, tn in zip(
+        flows.tolist(),
+        flow_id[flows].tolist(),
+        flow_type[flows].tolist(),
+        flow_start[flows].tolist(),
+        pid[flows].tolist(),
+        tid[flows].tolist(),
+        ts_us[flows].tolist(),
+        ts_ns[flows].tolist(),
+    ):
+        flow = FLOW_NAMES[ftype]
+        phase, binding = ("s", "") if starts else ("f", ', "bp": "e"')
+        lines[i] = (
+            f'{lines[i]},\n  {{"ph": "{phase}", "id": {fid}, "pid": {p}, "tid": {t}, "ts": {tu}.{ms[tn]}, '
+            f'"cat": "{flow}", "name": "{flow}"{binding}}}'
+        )
+    return lines
+
+
+def _trace_base_ns(trace: Trace) -> int:
+    """The base time: a trimonth boundary at or before every timestamp written."""
+    candidates = [t for t in (trace.start_ns,) if t > 0]
+    if len(trace.events):
+        candidates.append(int(trace.events["start_ns"].min()))
+    earliest = min(candidates) if candidates else time.time_ns()
+    return trimonth_base_ns(max(earliest, 0))
+
+
+def render_chrome_trace(trace: Trace, trace_name: str) -> Iterator[str]:
+    """The Chrome trace JSON of ``trace``, as text chunks to concatenate.
+
+    ``trace_name`` is written as the final ``traceName`` key (Kineto writes
+    the output path there).
+    """
+    cols = _Columns(trace.events)
+    base_ns = _trace_base_ns(trace)
+    header = ["{", '  "schemaVersion": 1,']
+    header.append(f'  "deviceProperties": {_json_value([dict(p) for p in trace.device_properties])},')
+    header.extend(f"  {json_string(key)}: {value}," for key, value in _metadata_entries(trace))
+    header.append('  "displayTimeUnit": "ms",')
+    header.append(f'  "baseTimeNanoseconds": {base_ns},')
+    header.append('  "traceEvents": [')
+    yield "\n".join(header) + "\n"
+
+    start_ns = (
+        trace.start_ns if trace.start_ns > 0 else (int(trace.events["start_ns"].min()) if cols.n else base_ns)
+    )
+    end_ns = max(trace.end_ns, start_ns)
+    last_event_end = (
+        int((trace.events["start_ns"] + np.maximum(trace.events["dur_ns"], 0)).max()) if cols.n else 0
+    )
+    span_ts = format_us(start_ns - base_ns)
+    pid, tid = _lanes(cols)
+
+    metadata = _lane_metadata(cols, pid, tid, trace, span_ts)
+    if metadata:
+        yield ",\n".join(metadata) + ",\n"
+    lines = _event_lines(cols, base_ns, pid, tid)
+    for first in range(0, len(lines), CHUNK_EVENTS):
+        yield ",\n".join(lines[first : first + CHUNK_EVENTS]) + ",\n"
+    del lines
+    chunk: list[str] = []
+    chunk.append(
+        f'  {{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", '
+        f'"tid": "PyTorch Profiler", "ts": {span_ts}, "dur": {format_us(end_ns - start_ns)}, '
+        f'"args": {{"Op count": 0}}}}'
+    )
+    chunk.append(
+        _metadata_event("process_sort_index", span_ts, '"Spans"', 0, "sort_index", str(SPANS_SORT_INDEX))
+    )
+    chunk.append(
+        f'  {{"ph": "i", "s": "g", "name": "Iteration Start: PyTorch Profiler", "pid": "Traces", '
+        f'"tid": "Trace PyTorch Profiler", "ts": {span_ts}}}'
+    )
+    window_end = max(end_ns, last_event_end)
+    chunk.append(
+        f'  {{"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", '
+        f'"ts": {format_us(window_end - base_ns)}}}'
+    )
+    yield ",\n".join(chunk) + "\n"
+    yield f'  ],\n  "traceName": {json_string(trace_name)}\n}}\n'
+
+
+def write_chrome_trace(trace: Trace, path: str | os.PathLike[str], *, gzip_level: int | None = None) -> str:
+    """Write ``trace`` as Kineto-shaped Chrome trace JSON at ``path``, atomically.
+
+    A path ending in ``.gz`` is gzip-compressed. The path is checked before any
+    work is done; on any error nothing is left at ``path`` (an existing file is
+    kept as it was). Returns the path written.
+    """
+    path = check_writable_path(path)
+    started = time.perf_counter()
+    with atomic_writer(path, gzip_level=gzip_level) as out:
+        for chunk in render_chrome_trace(trace, path):
+            out.write(chunk)
+    log.debug(
+        "chrome_trace_written",
+        path=path,
+        events=len(trace.events),
+        seconds=round(time.perf_counter() - started, 3),
+    )
+    return path
+
+
+class ChromeTraceExporter(Exporter):
+    """Writes Kineto-shaped Chrome trace JSON (``.json``, or gzip for ``.json.gz``).
+
+    Options: ``gzip_level`` (0-9) for ``.gz`` paths.
+    """
+
+    name = EXPORTER_NAME
+    suffixes = (".json", ".json.gz")
+
+    def export(self, trace: Trace, path: str, **options: Any) -> str:
+        unknown = sorted(set(options) - set(VALID_OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"unknown option(s) {unknown} for the {EXPORTER_NAME!r} exporter; "
+                f"valid options: {list(VALID_OPTIONS)}"
+            )
+        return write_chrome_trace(trace, path, gzip_level=options.get("gzip_level"))
+
+
+# -------------------------------------------------------------------- hooks
+
+
+@hookimpl(trylast=True)
+def polyprof_make_exporter(config: ProfileConfig, name: str) -> Exporter | None:
+    return ChromeTraceExporter() if name == EXPORTER_NAME else None
+
+
+@hookimpl(trylast=True)
+def polyprof_capabilities() -> Capabilities:
+    return Capabilities(exporters=(EXPORTER_NAME,))
+
+
+__all__ = [
+    "ChromeTraceExporter",
+    "format_us",
+    "render_chrome_trace",
+    "trimonth_base_ns",
+    "write_chrome_trace",
+]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import time
 from collections import defaultdict
 from operator import methodcaller
@@ -71,16 +72,6 @@ def _column(events: list[Any], accessor: str, dtype: str) -> np.ndarray:
     return np.fromiter(map(methodcaller(accessor), events), dtype=dtype, count=len(events))
 
 
-def _kind_column(activity_types: list[str], names_table: tuple, name_idx: np.ndarray) -> np.ndarray:
-    types, type_idx = np.unique(np.asarray(activity_types, dtype=object), return_inverse=True)
-    kinds_of_types = np.array([int(KIND_BY_ACTIVITY_TYPE.get(t, EventKind.CPU_OP)) for t in types], dtype=np.int8)
-    kinds = kinds_of_types[type_idx] if len(activity_types) else np.empty(0, dtype=np.int8)
-    if OUT_OF_MEMORY_EVENT_NAME in names_table:
-        oom = names_table.index(OUT_OF_MEMORY_EVENT_NAME)
-        kinds = np.where(name_idx == oom, np.int8(EventKind.OUT_OF_MEMORY), kinds)
-    return kinds
-
-
 def _shapes_key(shapes: list) -> tuple:
     return tuple(tuple(s) if isinstance(s, list) else s for s in shapes)
 
@@ -93,20 +84,67 @@ def _trace_args_by_event(result: Any, events: list[Any]) -> list[str | None]:
     """
     pending: dict[tuple[str, int], list[str]] = defaultdict(list)
     for act in reversed(result.trace_activities()):
-        pending[(act.name(), act.timestamp())].append(act.metadata_json())
+        pending[(_safe_name(act), act.timestamp())].append(act.metadata_json())
     fragments: list[str | None] = []
     for ev in events:
-        queue = pending.get((ev.name(), ev.start_ns()))
+        queue = pending.get((_safe_name(ev), ev.start_ns()))
         fragments.append(queue.pop() if queue else None)
     return fragments
 
 
-def _deferred(events: list[Any], accessor: str, dtype: str) -> Any:
-    def provide() -> tuple[np.ndarray, None]:
-        with _gc_paused():
-            return _column(events, accessor, dtype), None
+#: Columns only traces and ``events()`` need: (field, accessor, dtype).
+DEFERRED_SCALARS = (
+    ("tid", "device_resource_id", "int64"),
+    ("correlation_id", "correlation_id", "int64"),
+    ("flow_id", "flow_id", "int64"),
+    ("flow_type", "flow_type", "int8"),
+    ("flow_start", "flow_start", "bool"),
+)
+#: Backward ops inherit their forward op's stack through these three, so
+#: they are decoded at once when stacks are recorded, deferred otherwise.
+AUTOGRAD_LINKS = (
+    ("sequence_nr", "sequence_nr", "int64"),
+    ("fwd_thread", "fwd_thread_id", "int64"),
+    ("scope", "scope", "int8"),
+)
 
-    return provide
+
+class _DeferredDecoder:
+    """Decodes every deferred column in one pass, on first need, then lets go of torch's result.
+
+    torch's raw result holds ~1.3 KB per event in C++; once everything a trace
+    needs is in numpy columns, dropping it returns that memory.
+    """
+
+    def __init__(self, result: Any, scalars: tuple, with_args: bool) -> None:
+        self._result = result
+        self._scalars = scalars
+        self._with_args = with_args
+        self._lock = threading.Lock()
+        self._columns: dict[str, tuple[np.ndarray, tuple | None]] | None = None
+
+    def provider(self, field: str) -> Any:
+        return lambda: self._get(field)
+
+    def fields(self) -> list[str]:
+        return [f for f, _, _ in self._scalars] + (["args"] if self._with_args else [])
+
+    def _get(self, field: str) -> tuple[np.ndarray, tuple | None]:
+        with self._lock:
+            if self._columns is None:
+                self._columns = self._decode_all()
+            return self._columns[field]
+
+    def _decode_all(self) -> dict[str, tuple[np.ndarray, tuple | None]]:
+        result, self._result = self._result, None
+        with _gc_paused():
+            events = _visible_events(result)
+            columns: dict[str, tuple[np.ndarray, tuple | None]] = {
+                field: (_column(events, accessor, dtype), None) for field, accessor, dtype in self._scalars
+            }
+            if self._with_args:
+                columns["args"] = intern_column(_trace_args_by_event(result, events))
+        return columns
 
 
 class _gc_paused:
@@ -138,15 +176,50 @@ def decode_result(result: Any, config: ProfileConfig, *, pid: int | None = None)
         return _decode_now(result, config, pid=os.getpid() if pid is None else pid)
 
 
+def _intern_stream(values: Any, n: int) -> tuple[np.ndarray, tuple]:
+    """Intern strings straight into an int32 array, without an intermediate list."""
+    lookup: dict[str, int] = {}
+    setdefault = lookup.setdefault
+    # setdefault evaluates len(lookup) before inserting: a new value gets the next index.
+    indices = np.fromiter((setdefault(v, len(lookup)) for v in values), dtype=np.int32, count=n)
+    return indices, tuple(lookup)
+
+
+def _visible_events(result: Any) -> list[Any]:
+    """``result.events()`` without the events torch's own parse skips (hidden ones)."""
+    events = result.events()
+    hidden = _column(events, "is_hidden_event", "bool")
+    if hidden.any():
+        events = [ev for ev, h in zip(events, hidden.tolist()) if not h]
+    return events
+
+
+def _safe_name(event: Any) -> str:
+    try:
+        return event.name()
+    except UnicodeDecodeError:
+        # torch 2.13 sometimes hands out python_function names from freed memory
+        # (first verbose profile of a process); keep the event, mark the name.
+        return "<undecodable name>"
+
+
 def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventBatch, dict]:
-    events = list(result.events())
+    events = _visible_events(result)
     n = len(events)
-    name_idx, names = intern_column(map(methodcaller("name"), events))
+    try:
+        name_idx, names = _intern_stream(map(methodcaller("name"), events), n)
+    except UnicodeDecodeError:
+        log.warning("undecodable_event_names", events=n)
+        name_idx, names = _intern_stream(map(_safe_name, events), n)
     start = _column(events, "start_ns", "int64")
     end = _column(events, "end_ns", "int64")
     thread = _column(events, "start_thread_id", "int64")
     end_thread = _column(events, "end_thread_id", "int64")
-    kind = _kind_column(list(map(methodcaller("activity_type"), events)), names, name_idx)
+    type_idx, types = _intern_stream(map(methodcaller("activity_type"), events), n)
+    kind_of_type = np.array([int(KIND_BY_ACTIVITY_TYPE.get(t, EventKind.CPU_OP)) for t in types], dtype=np.int8)
+    kind = kind_of_type[type_idx] if n else np.empty(0, dtype=np.int8)
+    if OUT_OF_MEMORY_EVENT_NAME in names:
+        kind[name_idx == names.index(OUT_OF_MEMORY_EVENT_NAME)] = EventKind.OUT_OF_MEMORY
     columns: dict[str, Any] = {
         "kind": kind,
         "name": name_idx,
@@ -157,23 +230,12 @@ def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventB
         "is_async": _column(events, "is_async", "bool") | (thread != end_thread),
     }
     tables: dict[str, tuple] = {"name": names}
-    deferred: dict[str, Any] = {
-        "tid": _deferred(events, "device_resource_id", "int64"),
-        "correlation_id": _deferred(events, "correlation_id", "int64"),
-        "flow_id": _deferred(events, "flow_id", "int64"),
-        "flow_type": _deferred(events, "flow_type", "int8"),
-        "flow_start": _deferred(events, "flow_start", "bool"),
-    }
-    # Backward ops inherit their forward op's stack through these three.
-    for col, accessor, dtype in (
-        ("sequence_nr", "sequence_nr", "int64"),
-        ("fwd_thread", "fwd_thread_id", "int64"),
-        ("scope", "scope", "int8"),
-    ):
-        if config.with_stack:
-            columns[col] = _column(events, accessor, dtype)
-        else:
-            deferred[col] = _deferred(events, accessor, dtype)
+    deferred_scalars = DEFERRED_SCALARS
+    if config.with_stack:
+        for field, accessor, dtype in AUTOGRAD_LINKS:
+            columns[field] = _column(events, accessor, dtype)
+    else:
+        deferred_scalars = DEFERRED_SCALARS + AUTOGRAD_LINKS
     if config.with_flops:
         columns["flops"] = _column(events, "flops", "int64")
     if config.record_shapes or config.with_flops:
@@ -204,14 +266,12 @@ def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventB
             device_type[i] = int(ev.device_type())
             device_index[i] = ev.device_index()
         columns.update(nbytes=nbytes, device_type=device_type, device_index=device_index)
-    if config.record_shapes or config.with_flops or config.profile_memory or config.with_stack or config.with_modules:
-
-        def provide_args() -> tuple[np.ndarray, tuple]:
-            with _gc_paused():
-                return intern_column(_trace_args_by_event(result, events))
-
-        deferred["args"] = provide_args
-    batch = EventBatch.build(SOURCE, columns, tables, deferred)
+    with_args = bool(
+        config.record_shapes or config.with_flops or config.profile_memory or config.with_stack or config.with_modules
+    )
+    del events  # the wrappers cost ~330 bytes per event; the deferred pass fetches them again
+    deferred = _DeferredDecoder(result, deferred_scalars, with_args)
+    batch = EventBatch.build(SOURCE, columns, tables, {f: deferred.provider(f) for f in deferred.fields()})
     return batch, {"start_ns": int(result.trace_start_ns())}
 
 

@@ -1,0 +1,1085 @@
+"""The result objects users see: torch's ``FunctionEvent``, ``FunctionEventAvg`` and ``EventList``.
+
+They carry torch 2.13's attribute names and behaviour, so code written for
+``prof.events()`` / ``prof.key_averages()`` runs unchanged, and
+``table()`` prints torch's text. Differences in how they are made:
+
+* ``FunctionEvent`` is a *view* of one row of an ``EventTree`` (the columnar
+  result of ``polyprof.tree``): made when asked for, then kept, so
+  ``evt.cpu_parent is parent`` holds and a 200k-event list costs nothing until
+  it is iterated. Its attributes are read-only, except the three that torch's
+  table code writes (``self_cpu_percent``, ``total_cpu_percent``,
+  ``total_device_percent``). torch's per-argument details polyprof does not
+  record (``concrete_inputs``, ``kwinputs``, ``structured_input_*``,
+  ``input_dtypes``, ``event_metadata``) are absent.
+* ``EventList`` is a mutable sequence. While it still mirrors tree rows it
+  answers ``key_averages``, ``total_average``, ``self_cpu_time_total`` and
+  ``export_stacks`` with vectorized code; after arbitrary edits it falls back
+  to torch's per-object algorithms, with the same results.
+* ``FunctionEventAvg`` is a plain mutable object, as in torch; the ones from
+  ``key_averages`` are built from the ``key_averages`` aggregator's columnar
+  summary (``polyprof.plugins.key_averages``).
+
+``ProfileResults`` is what a profiler frontend holds after recording: its
+traces (several with ``acc_events``, newest first in ``events()`` as in torch)
+and ``use_device``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import warnings
+import weakref
+from collections import namedtuple
+from collections.abc import Iterable, Iterator, Mapping, MutableSequence, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+from polyprof._log import get_logger
+from polyprof.events import DeviceType, EventKind, concat
+from polyprof.tree import LAZY_COLUMNS, EventTree, python_sum_by_segment, remember_tree, tree_for
+
+if TYPE_CHECKING:
+    from polyprof.components import Aggregator
+    from polyprof.plugins.key_averages import KeyAveragesSummary
+    from polyprof.trace import Trace
+
+log = get_logger(__name__)
+
+__all__ = [
+    "EventList",
+    "FormattedTimesMixin",
+    "FunctionEvent",
+    "FunctionEventAvg",
+    "Interval",
+    "Kernel",
+    "ProfileResults",
+    "wrap_key_averages",
+]
+
+Kernel = namedtuple("Kernel", ["name", "device", "duration"])
+
+_US_IN_SECOND = 1000.0 * 1000.0
+_US_IN_MS = 1000.0
+
+
+def _format_time(time_us: float) -> str:
+    """torch's ``_format_time``."""
+    if time_us >= _US_IN_SECOND:
+        return f"{time_us / _US_IN_SECOND:.3f}s"
+    if time_us >= _US_IN_MS:
+        return f"{time_us / _US_IN_MS:.3f}ms"
+    return f"{time_us:.3f}us"
+
+
+@functools.lru_cache(maxsize=1)
+def _device_type_members() -> dict[int, Any]:
+    """int -> torch's ``DeviceType`` member when torch is importable, else polyprof's."""
+    try:
+        from torch.autograd import DeviceType as TorchDeviceType
+    except ImportError:
+        return {int(m): m for m in DeviceType}
+    return {int(m): m for m in TorchDeviceType.__members__.values()}
+
+
+def _device_type(value: int) -> Any:
+    members = _device_type_members()
+    member = members.get(value)
+    return member if member is not None else DeviceType(value)
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"`{old}` is deprecated. Use `{new}` instead.", FutureWarning, stacklevel=3)
+
+
+class Interval:
+    """A time range in µs (torch's ``Interval``)."""
+
+    __slots__ = ("end", "start")
+
+    def __init__(self, start: float, end: float) -> None:
+        self.start = start
+        self.end = end
+
+    def elapsed_us(self) -> float:
+        """The length of the interval."""
+        return self.end - self.start
+
+    def __repr__(self) -> str:
+        return f"Interval(start={self.start!r}, end={self.end!r})"
+
+
+def _time_property(name: str) -> property:
+    return property(
+        lambda self: _format_time(getattr(self, name)), doc=f"``{name}`` formatted as torch prints it."
+    )
+
+
+class FormattedTimesMixin:
+    """``*_str`` formatted times and per-call averages (torch's mixin of the same name)."""
+
+    __slots__ = ()
+
+    cpu_time_str = _time_property("cpu_time")
+    device_time_str = _time_property("device_time")
+    cpu_time_total_str = _time_property("cpu_time_total")
+    device_time_total_str = _time_property("device_time_total")
+    self_cpu_time_total_str = _time_property("self_cpu_time_total")
+    self_device_time_total_str = _time_property("self_device_time_total")
+
+    @property
+    def cpu_time(self) -> float:
+        """Average CPU time per call (µs)."""
+        return 0.0 if self.count == 0 else 1.0 * self.cpu_time_total / self.count  # type: ignore[attr-defined]
+
+    @property
+    def device_time(self) -> float:
+        """Average device time per call (µs)."""
+        return 0.0 if self.count == 0 else 1.0 * self.device_time_total / self.count  # type: ignore[attr-defined]
+
+    @property
+    def cuda_time(self) -> float:
+        """Deprecated alias of ``device_time``."""
+        warnings.warn(
+            "`cuda_time` is deprecated, please use `device_time` instead.", FutureWarning, stacklevel=2
+        )
+        return self.device_time
+
+
+# ------------------------------------------------------------------ store
+
+
+class _EventStore:
+    """One tree, its columns as Python lists, and the ``FunctionEvent`` views made of it.
+
+    A view reads ``values(name)[row]``: each column becomes a list once, on
+    first use, so reading an attribute of every event costs a list index, not
+    a numpy scalar conversion. Each row's view is made once, so identity holds.
+    """
+
+    def __init__(self, tree: EventTree) -> None:
+        self.tree = tree
+        self._views: list[FunctionEvent | None] = [None] * len(tree)
+        self._values: dict[str, list[Any]] = {}
+        self._lock = threading.Lock()
+
+    def view(self, row: int) -> FunctionEvent:
+        evt = self._views[row]
+        if evt is None:
+            with self._lock:
+                evt = self._views[row]
+                if evt is None:
+                    evt = self._views[row] = FunctionEvent(self, row)
+        return evt
+
+    def views(self, rows: Iterable[int]) -> list[FunctionEvent]:
+        """The views of ``rows``, made under one lock acquisition."""
+        cache = self._views
+        rows = list(rows)
+        if any(cache[r] is None for r in rows):
+            with self._lock:
+                for r in rows:
+                    if cache[r] is None:
+                        cache[r] = FunctionEvent(self, r)
+        return [cache[r] for r in rows]  # type: ignore[misc]
+
+    def values(self, name: str) -> list[Any]:
+        """Column ``name`` as a list of the Python values torch's ``FunctionEvent`` returns."""
+        found = self._values.get(name)
+        if found is None:
+            built = self._build(name)
+            with self._lock:
+                found = self._values.setdefault(name, built)
+        return found
+
+    def _build(self, name: str) -> list[Any]:
+        t = self.tree
+        if name in LAZY_COLUMNS:
+            return t.column(name).tolist()
+        if name == "name":
+            keys = t.keys
+            return [keys[k] for k in t.key.tolist()]
+        if name in _TABLE_COLUMNS:
+            column, table_name, empty = _TABLE_COLUMNS[name]
+            table = [*getattr(t, table_name), empty]  # index -1 reads the empty value
+            return [table[i] for i in getattr(t, column).tolist()]
+        values = getattr(t, name).tolist()
+        zero = _ZERO_WHERE.get(name)
+        if zero is not None:  # torch returns the int 0 there, not 0.0
+            for row in np.flatnonzero(zero(t)).tolist():
+                values[row] = 0
+        return values
+
+
+#: Interned columns read as values: list name -> (tree column, tree table, value for -1).
+_TABLE_COLUMNS: dict[str, tuple[str, str, Any]] = {
+    "trace_name": ("trace_name", "trace_names", None),
+    "overload_name": ("overload", "overloads", ""),
+    "stack_tuple": ("stack", "stacks", ()),
+    "shapes_tuple": ("input_shapes", "shapes", ()),
+}
+
+
+def _not_on_cpu(t: EventTree) -> np.ndarray:
+    return t.device_type != DeviceType.CPU
+
+
+def _without_self_metrics(t: EventTree) -> np.ndarray:
+    return (t.device_type != DeviceType.CPU) | t.is_async
+
+
+def _without_device_time(t: EventTree) -> np.ndarray:
+    return t.is_async | (not t.use_device)
+
+
+#: Rows where torch's property returns the int 0.
+_ZERO_WHERE = {
+    "cpu_time_total": _not_on_cpu,
+    "self_cpu_time_total": _without_self_metrics,
+    "device_time_total": _without_device_time,
+    "self_device_time_total": _without_device_time,
+}
+
+
+_stores_lock = threading.Lock()
+_stores: weakref.WeakKeyDictionary[EventTree, _EventStore] = weakref.WeakKeyDictionary()
+
+
+def _store_for(tree: EventTree) -> _EventStore:
+    with _stores_lock:
+        store = _stores.get(tree)
+        if store is None:
+            store = _stores[tree] = _EventStore(tree)
+        return store
+
+
+# ------------------------------------------------------------ FunctionEvent
+
+
+def _column(name: str, doc: str = "") -> property:
+    def get(self: FunctionEvent) -> Any:
+        return self._store.values(name)[self._row]
+
+    return property(get, doc=doc or f"torch's ``FunctionEvent.{name}``.")
+
+
+class FunctionEvent(FormattedTimesMixin):
+    """One profiled event, as torch's ``FunctionEvent`` (a view of one tree row).
+
+    Times are µs relative to the start of the recording, computed exactly as
+    torch computes them, so ``cpu_time_total`` and ``self_cpu_time_total`` are
+    the same floats torch reports for the same raw result.
+    """
+
+    __slots__ = ("_row", "_store", "self_cpu_percent", "total_cpu_percent", "total_device_percent")
+
+    def __init__(self, store: _EventStore, row: int) -> None:
+        self._store = store
+        self._row = row
+        self.self_cpu_percent: Any = -1
+        self.total_cpu_percent: Any = -1
+        self.total_device_percent: Any = -1
+
+    id = _column("event_id", "The event's correlation id (torch's ``FunctionEvent.id``).")
+    name = _column("name", "The name, ``ProfilerStep#N`` folded to ``ProfilerStep*``.")
+    key = _column("name", "The grouping key: the name.")
+    trace_name = _column("trace_name", "The name as written to traces (None for memory rows).")
+    overload_name = _column("overload_name")
+    thread = _column("thread", "torch's sequential thread id.")
+    fwd_thread = _column("fwd_thread")
+    scope = _column("scope", "torch's RecordScope value (1: backward function).")
+    sequence_nr = _column("sequence_nr")
+    device_index = _column("device_index")
+    device_resource_id = _column("device_resource_id")
+    is_async = _column("is_async")
+    is_user_annotation = _column("is_user_annotation")
+    external_id = _column("external_id")
+    linked_correlation_id = _column("linked_correlation_id")
+    python_id = _column("python_id")
+    python_parent_id = _column("python_parent_id")
+    cpu_time_total = _column("cpu_time_total", "Elapsed µs on the CPU (0 for device work).")
+    self_cpu_time_total = _column(
+        "self_cpu_time_total", "CPU µs minus the children's (0 for async/device rows)."
+    )
+    device_time_total = _column("device_time_total", "Device µs of this op's kernels and its children's.")
+    self_device_time_total = _column("self_device_time_total", "Device µs of this op's own kernels.")
+    cpu_memory_usage = _column("cpu_memory_usage")
+    device_memory_usage = _column("device_memory_usage")
+    self_cpu_memory_usage = _column("self_cpu_memory_usage")
+    self_device_memory_usage = _column("self_device_memory_usage")
+
+    node_id = property(lambda self: -1, doc="Always -1 (no RPC nodes).")
+    count = property(lambda self: 1, doc="Always 1.")
+    is_remote = property(lambda self: False, doc="Always False.")
+    is_legacy = property(lambda self: False, doc="Always False (Kineto-style events).")
+
+    @property
+    def use_device(self) -> str | None:
+        return self._store.tree.use_device
+
+    @property
+    def time_range(self) -> Interval:
+        store, row = self._store, self._row
+        return Interval(store.values("start_us")[row], store.values("end_us")[row])
+
+    @property
+    def device_type(self) -> Any:
+        """torch's ``DeviceType`` member (polyprof's when torch is not installed)."""
+        return _device_type(self._store.values("device_type")[self._row])
+
+    @property
+    def is_python_function(self) -> bool:
+        return self._store.values("kind")[self._row] == EventKind.PYTHON_FUNCTION
+
+    @property
+    def flops(self) -> int | None:
+        """Estimated FLOPs (None for the synthetic ``[memory]`` rows, as in torch)."""
+        if self._store.values("synthetic")[self._row]:
+            return None
+        return self._store.values("flops")[self._row]
+
+    @property
+    def input_shapes(self) -> list:
+        return [list(s) if isinstance(s, tuple) else s for s in self._store.values("shapes_tuple")[self._row]]
+
+    @property
+    def stack(self) -> list[str]:
+        """Python frames, innermost first (torch's filtering and backward stacks applied)."""
+        return list(self._store.values("stack_tuple")[self._row])
+
+    def _flow(self, name: str) -> Any:
+        if self._store.values("synthetic")[self._row]:
+            return None  # torch's memory rows have no flow fields
+        return self._store.values(name)[self._row]
+
+    @property
+    def flow_id(self) -> int | None:
+        """Chrome flow id (None for synthetic memory rows, as in torch)."""
+        return self._flow("flow_id")
+
+    @property
+    def flow_type(self) -> int | None:
+        return self._flow("flow_type")
+
+    @property
+    def flow_start(self) -> bool | None:
+        return self._flow("flow_start")
+
+    # -------------------------------------------------------- relations
+
+    @property
+    def cpu_parent(self) -> FunctionEvent | None:
+        parent = self._store.values("parent")[self._row]
+        return None if parent < 0 else self._store.view(parent)
+
+    @property
+    def cpu_children(self) -> list[FunctionEvent]:
+        return self._store.views(self._store.tree.children_of(self._row).tolist())
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        """Device work this op launched: ``Kernel(name, device, duration_us)``."""
+        store = self._store
+        rows = store.tree.kernels_of(self._row).tolist()
+        if not rows:
+            return []
+        names, devices = store.values("name"), store.values("device_index")
+        start, end = store.values("start_us"), store.values("end_us")
+        return [Kernel(names[r], devices[r], end[r] - start[r]) for r in rows]
+
+    # -------------------------------------------------------- deprecated
+
+    @property
+    def cuda_time_total(self) -> float:
+        _deprecated("cuda_time_total", "device_time_total")
+        return self.device_time_total
+
+    @property
+    def self_cuda_time_total(self) -> float:
+        _deprecated("self_cuda_time_total", "self_device_time_total")
+        return self.self_device_time_total
+
+    @property
+    def self_cuda_memory_usage(self) -> int:
+        _deprecated("self_cuda_memory_usage", "self_device_memory_usage")
+        return self.self_device_memory_usage
+
+    def __repr__(self) -> str:
+        device_name = self.use_device
+        return (
+            f"<FunctionEvent id={self.id} name={self.name} overload_name={self.overload_name} "
+            f"device_type={self.device_type} node_id={self.node_id} cpu_time={self.cpu_time_str} "
+            f"start_us={self.time_range.start} end_us={self.time_range.end} "
+            f"cpu_children={[child.id for child in self.cpu_children]!s} "
+            f"{device_name}_time={self.device_time_str} "
+            f"name={self.name} thread={self.thread} input_shapes={self.input_shapes!s} "
+            f"cpu_memory_usage={self.cpu_memory_usage} {device_name}_memory_usage={self.device_memory_usage} "
+            f"is_async={self.is_async} is_remote={self.is_remote} seq_nr={self.sequence_nr} "
+            f"is_legacy={self.is_legacy}>"
+        )
+
+
+# --------------------------------------------------------- FunctionEventAvg
+
+_UNSET: Any = object()
+_AVG_SUMMED = (
+    "cpu_time_total",
+    "device_time_total",
+    "self_cpu_time_total",
+    "self_device_time_total",
+    "cpu_memory_usage",
+    "device_memory_usage",
+    "self_cpu_memory_usage",
+    "self_device_memory_usage",
+    "count",
+)
+
+
+class FunctionEventAvg(FormattedTimesMixin):
+    """Statistics summed over events with the same key (torch's ``FunctionEventAvg``).
+
+    Mutable, with ``add`` / ``+=`` as in torch. ``cpu_parent`` and
+    ``cpu_children`` are those of the first event added.
+    """
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.count: int = 0
+        self.node_id: int = 0
+        self.is_async: bool = False
+        self.is_remote: bool = False
+        self.use_device: str | None = None
+        self.cpu_time_total: float = 0
+        self.device_time_total: float = 0
+        self.self_cpu_time_total: float = 0
+        self.self_device_time_total: float = 0
+        self.input_shapes: Any = None
+        self.overload_name: str | None = None
+        self.stack: list | None = None
+        self._scope: Any = None
+        self.cpu_memory_usage: int = 0
+        self.device_memory_usage: int = 0
+        self.self_cpu_memory_usage: int = 0
+        self.self_device_memory_usage: int = 0
+        self._cpu_children: Any = None
+        self._cpu_parent: Any = None
+        self._first: tuple[_EventStore, int] | None = None
+        self.device_type: Any = _device_type(int(DeviceType.CPU))
+        self.is_legacy: bool = False
+        self.flops: int = 0
+        # torch sets this only in add(), so adding an empty average to another crashes there.
+        self.is_user_annotation: bool = False
+
+    @property
+    def scope(self) -> int | None:
+        """The first added event's ``scope``."""
+        if self._scope is _UNSET and self._first is not None:
+            store, row = self._first
+            self._scope = store.view(row).scope
+        return self._scope
+
+    @scope.setter
+    def scope(self, value: int | None) -> None:
+        self._scope = value
+
+    @property
+    def cpu_parent(self) -> Any:
+        """The first added event's ``cpu_parent``."""
+        if self._cpu_parent is _UNSET and self._first is not None:
+            store, row = self._first
+            self._cpu_parent = store.view(row).cpu_parent
+        return self._cpu_parent
+
+    @cpu_parent.setter
+    def cpu_parent(self, value: Any) -> None:
+        self._cpu_parent = value
+
+    @property
+    def cpu_children(self) -> Any:
+        """The first added event's ``cpu_children``."""
+        if self._cpu_children is _UNSET and self._first is not None:
+            store, row = self._first
+            self._cpu_children = store.view(row).cpu_children
+        return self._cpu_children
+
+    @cpu_children.setter
+    def cpu_children(self, value: Any) -> None:
+        self._cpu_children = value
+
+    def add(self, other: Any) -> FunctionEventAvg:
+        """Add one ``FunctionEvent`` (or ``FunctionEventAvg``) with the same key."""
+        missing = [name for name in ("key", *_AVG_SUMMED, "flops") if not hasattr(other, name)]
+        if missing:
+            raise TypeError(
+                f"FunctionEventAvg.add() needs a FunctionEvent or FunctionEventAvg; {type(other).__name__} "
+                f"lacks {missing}"
+            )
+        if self.key is None:
+            # The first event sets the descriptive fields.
+            self.key = other.key
+            self.node_id = other.node_id
+            self.is_async = other.is_async
+            self.is_remote = other.is_remote
+            self.cpu_parent = other.cpu_parent
+            self.cpu_children = other.cpu_children
+            self.overload_name = other.overload_name
+            self.input_shapes = other.input_shapes
+            self.stack = other.stack
+            self.scope = other.scope
+            self.device_type = other.device_type
+            self.is_legacy = other.is_legacy
+            self.use_device = other.use_device
+            self.is_user_annotation = other.is_user_annotation
+        if other.key != self.key:
+            raise ValueError(f"cannot add an event with key {other.key!r} to the average of {self.key!r}")
+        for name in _AVG_SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        if self.flops is None:
+            self.flops = other.flops
+        elif other.flops is not None:
+            self.flops += other.flops
+        return self
+
+    def __iadd__(self, other: Any) -> FunctionEventAvg:
+        return self.add(other)
+
+    def __repr__(self) -> str:
+        device_name = "cuda" if not self.use_device else self.use_device
+        return (
+            f"<FunctionEventAvg key={self.key} self_cpu_time={self.self_cpu_time_total_str} "
+            f"cpu_time={self.cpu_time_str}  self_{device_name}_time={self.self_device_time_total_str} "
+            f"{device_name}_time={self.device_time_str} input_shapes={self.input_shapes!s} "
+            f"cpu_memory_usage={self.cpu_memory_usage} {device_name}_memory_usage={self.device_memory_usage}>"
+        )
+
+
+def _average_of_row(store: _EventStore, row: int) -> FunctionEventAvg:
+    """A ``FunctionEventAvg`` whose descriptive fields are those of tree row ``row``.
+
+    What torch's ``add`` copies from the first event; ``cpu_parent``,
+    ``cpu_children`` and ``scope`` are read only if asked for. Sums are left at 0.
+    """
+    tree = store.tree
+    avg = FunctionEventAvg()
+    avg.key = tree.keys[tree.key[row]]
+    avg.node_id = -1
+    avg.is_async = bool(tree.is_async[row])
+    avg.use_device = tree.use_device
+    avg.device_type = _device_type(int(tree.device_type[row]))
+    avg.is_user_annotation = bool(tree.is_user_annotation[row])
+    shapes = int(tree.input_shapes[row])
+    avg.input_shapes = [] if shapes < 0 else [list(s) for s in tree.shapes[shapes]]
+    overload = int(tree.overload[row])
+    avg.overload_name = "" if overload < 0 else tree.overloads[overload]
+    stack = int(tree.stack[row])
+    avg.stack = [] if stack < 0 else list(tree.stacks[stack])
+    avg._first = (store, row)
+    avg._cpu_parent = _UNSET
+    avg._cpu_children = _UNSET
+    avg._scope = _UNSET  # the scope column may not be decoded yet
+    return avg
+
+
+def wrap_key_averages(
+    summary: KeyAveragesSummary, *, profile_memory: bool = False, with_flops: bool = False
+) -> EventList:
+    """The ``key_averages`` aggregator's columnar summary as torch's list of ``FunctionEventAvg``."""
+    tree = summary.tree
+    store = _store_for(tree)
+    n_stack = summary.group_by_stack_n
+    sums = {name: getattr(summary, name).tolist() for name in (*_AVG_SUMMED, "flops")}
+    averages = []
+    for g, row in enumerate(summary.first_row.tolist()):
+        avg = _average_of_row(store, row)
+        for name, values in sums.items():
+            setattr(avg, name, values[g])
+        # torch's key_averages blanks what it did not group by.
+        if not summary.group_by_input_shape:
+            avg.input_shapes = ""
+        if not summary.group_by_overload_name:
+            avg.overload_name = ""
+        avg.stack = avg.stack[:n_stack] if n_stack > 0 else []
+        averages.append(avg)
+    return EventList(
+        averages, use_device=tree.use_device, profile_memory=profile_memory, with_flops=with_flops
+    )
+
+
+# ---------------------------------------------------------------- EventList
+
+#: Views are made in chunks while iterating: one lock per chunk, little memory up front.
+_VIEW_CHUNK = 4096
+
+SUPPORTED_EXPORT_STACKS_METRICS = (
+    "self_cpu_time_total",
+    "self_cuda_time_total",
+    "self_xpu_time_total",
+    "self_privateuse1_time_total",
+)
+
+
+class EventList(MutableSequence):
+    """A list of events (``FunctionEvent`` or ``FunctionEventAvg``) with torch's helpers.
+
+    ``EventList(iterable, use_device=None, profile_memory=False, with_flops=False)``
+    as in torch; ``prof.events()`` returns one that mirrors tree rows lazily.
+    """
+
+    def __init__(
+        self,
+        *args: Iterable[Any],
+        use_device: str | None = None,
+        profile_memory: bool = False,
+        with_flops: bool = False,
+    ) -> None:
+        if len(args) > 1:
+            raise TypeError(f"EventList expected at most 1 positional argument, got {len(args)}")
+        self._items: list[Any] | None = list(args[0]) if args else []
+        self._store: _EventStore | None = None
+        self._rows: np.ndarray | None = None
+        self._use_device = use_device
+        self._profile_memory = profile_memory
+        self._with_flops = with_flops
+        self._tree_built = True
+
+    @classmethod
+    def of_tree(
+        cls,
+        tree: EventTree,
+        rows: np.ndarray | None = None,
+        *,
+        profile_memory: bool = False,
+        with_flops: bool = False,
+    ) -> EventList:
+        """The events of ``tree`` (all rows, or ``rows`` in that order), made lazily."""
+        out = cls(use_device=tree.use_device, profile_memory=profile_memory, with_flops=with_flops)
+        out._items = None
+        out._store = _store_for(tree)
+        out._rows = np.arange(len(tree), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+        return out
+
+    def _derived(self, rows_or_items: Any) -> EventList:
+        if self._store is not None and isinstance(rows_or_items, np.ndarray):
+            out = EventList.of_tree(
+                self._store.tree,
+                rows_or_items,
+                profile_memory=self._profile_memory,
+                with_flops=self._with_flops,
+            )
+            out._use_device = self._use_device
+            return out
+        return EventList(
+            rows_or_items,
+            use_device=self._use_device,
+            profile_memory=self._profile_memory,
+            with_flops=self._with_flops,
+        )
+
+    def _materialize(self) -> list[Any]:
+        if self._items is None:
+            assert self._store is not None and self._rows is not None
+            self._items = self._store.views(self._rows.tolist())
+            self._store = None
+            self._rows = None
+        return self._items
+
+    def _tree_rows(self) -> tuple[EventTree, np.ndarray] | None:
+        """(tree, rows) when every element is a view of one tree, else None."""
+        if self._store is not None and self._rows is not None:
+            return self._store.tree, self._rows
+        items = self._items or []
+        if not items or not all(type(e) is FunctionEvent for e in items):
+            return None
+        store = items[0]._store
+        if any(e._store is not store for e in items):
+            return None
+        return store.tree, np.fromiter((e._row for e in items), dtype=np.int64, count=len(items))
+
+    # -------------------------------------------------------- sequence
+
+    def __len__(self) -> int:
+        return len(self._rows) if self._rows is not None else len(self._items or ())
+
+    def __getitem__(self, index: Any) -> Any:
+        if self._rows is not None and self._store is not None:
+            if isinstance(index, slice):
+                return self._derived(self._rows[index])
+            return self._store.view(int(self._rows[index]))
+        items = self._items if self._items is not None else []
+        if isinstance(index, slice):
+            return self._derived(items[index])
+        return items[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._rows is not None and self._store is not None:
+            return self._iter_views(self._store, self._rows)
+        return iter(self._items if self._items is not None else ())
+
+    @staticmethod
+    def _iter_views(store: _EventStore, rows: np.ndarray) -> Iterator[FunctionEvent]:
+        for start in range(0, len(rows), _VIEW_CHUNK):
+            yield from store.views(rows[start : start + _VIEW_CHUNK].tolist())
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self._materialize()[index] = value
+
+    def __delitem__(self, index: Any) -> None:
+        del self._materialize()[index]
+
+    def insert(self, index: int, value: Any) -> None:
+        self._materialize().insert(index, value)
+
+    def sort(self, *, key: Any = None, reverse: bool = False) -> None:
+        """Sort in place, as ``list.sort``."""
+        self._materialize().sort(key=key, reverse=reverse)
+
+    def clear(self) -> None:
+        self._materialize().clear()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (EventList, list)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like list
+
+    def __add__(self, other: Iterable[Any]) -> EventList:
+        return self._derived([*self, *other])
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def _build_tree(self) -> None:
+        """torch builds the tree here; polyprof's lists come with it built."""
+
+    # -------------------------------------------------------- analysis
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        """Sum of ``self_cpu_time_total`` over the events (as Python's ``sum`` adds them)."""
+        located = self._tree_rows()
+        if located is None:
+            return sum(event.self_cpu_time_total for event in self)
+        tree, rows = located
+        values = tree.self_cpu_time_total[rows]
+        if not len(values):
+            return 0
+        return float(python_sum_by_segment(np.zeros(len(values), dtype=np.int64), values, 1)[0])
+
+    def table(
+        self,
+        sort_by: str | None = None,
+        row_limit: int = 100,
+        max_src_column_width: int = 75,
+        max_name_column_width: int = 55,
+        max_shapes_column_width: int = 80,
+        header: str | None = None,
+        top_level_events_only: bool = False,
+        time_unit: str | None = None,
+    ) -> str:
+        """torch's summary table of these events (see ``polyprof.table.build_table``)."""
+        from polyprof.table import build_table
+
+        return build_table(
+            self,
+            sort_by=sort_by,
+            row_limit=row_limit,
+            max_src_column_width=max_src_column_width,
+            max_name_column_width=max_name_column_width,
+            max_shapes_column_width=max_shapes_column_width,
+            header=header,
+            profile_memory=self._profile_memory,
+            with_flops=self._with_flops,
+            top_level_events_only=top_level_events_only,
+            time_unit=time_unit,
+        )
+
+    def key_averages(
+        self,
+        group_by_input_shapes: bool = False,
+        group_by_stack_n: int = 0,
+        group_by_overload_name: bool = False,
+        *,
+        group_by_input_shape: bool | None = None,
+    ) -> EventList:
+        """Events averaged by key, in first-seen order (torch's ``EventList.key_averages``).
+
+        ``group_by_input_shape`` is accepted as a spelling of
+        ``group_by_input_shapes`` (``profile.key_averages`` uses it).
+        """
+        if group_by_input_shape is not None:
+            group_by_input_shapes = group_by_input_shape
+        if (
+            isinstance(group_by_stack_n, bool)
+            or not isinstance(group_by_stack_n, int)
+            or group_by_stack_n < 0
+        ):
+            raise ValueError(f"group_by_stack_n must be an int >= 0, got {group_by_stack_n!r}")
+        located = self._tree_rows()
+        if located is not None:
+            from polyprof.plugins.key_averages import summarize
+
+            tree, rows = located
+            summary = summarize(
+                tree,
+                rows=rows,
+                group_by_input_shape=bool(group_by_input_shapes),
+                group_by_stack_n=group_by_stack_n,
+                group_by_overload_name=bool(group_by_overload_name),
+            )
+            return wrap_key_averages(
+                summary, profile_memory=self._profile_memory, with_flops=self._with_flops
+            )
+        return self._key_averages_of_objects(
+            bool(group_by_input_shapes), group_by_stack_n, bool(group_by_overload_name)
+        )
+
+    def _key_averages_of_objects(self, by_shapes: bool, stack_n: int, by_overload: bool) -> EventList:
+        stats: dict[tuple, FunctionEventAvg] = {}
+        for evt in self:
+            key = [
+                str(evt.key),
+                str(evt.node_id),
+                str(evt.device_type),
+                str(evt.is_legacy),
+                str(getattr(evt, "is_user_annotation", False)),
+            ]
+            if by_overload:
+                key.append(evt.overload_name)
+            if by_shapes:
+                key.append(str(evt.input_shapes))
+            if stack_n > 0:
+                key += (evt.stack or [])[:stack_n]
+            avg = stats.get(tuple(key))
+            if avg is None:
+                avg = stats[tuple(key)] = FunctionEventAvg()
+            avg.add(evt)
+        out = EventList(
+            stats.values(),
+            use_device=self._use_device,
+            profile_memory=self._profile_memory,
+            with_flops=self._with_flops,
+        )
+        for avg in out:
+            avg.stack = (avg.stack or [])[:stack_n]
+            if not by_shapes:
+                avg.input_shapes = ""
+            if not by_overload:
+                avg.overload_name = ""
+        return out
+
+    def total_average(self) -> FunctionEventAvg:
+        """Everything summed into one ``FunctionEventAvg`` with key ``"Total"``.
+
+        As in torch, the descriptive fields (``is_async``, ``cpu_parent``, ...)
+        are those of the last event.
+        """
+        located = self._tree_rows()
+        if located is None or not len(located[1]):
+            total = FunctionEventAvg()
+            for evt in self:
+                total += evt
+                total.key = None
+            total.key = "Total"
+            return total
+        tree, rows = located
+        total = _average_of_row(_store_for(tree), int(rows[-1]))  # the last event's fields
+        zeros = np.zeros(len(rows), dtype=np.int64)
+
+        def sequential(values: np.ndarray) -> float:
+            return float(np.bincount(zeros, weights=values, minlength=1)[0])
+
+        # The tree already holds 0 wherever torch's properties return 0.
+        for name in ("cpu_time_total", "self_cpu_time_total", "device_time_total", "self_device_time_total"):
+            setattr(total, name, sequential(getattr(tree, name)[rows]))
+        for name in (
+            "cpu_memory_usage",
+            "device_memory_usage",
+            "self_cpu_memory_usage",
+            "self_device_memory_usage",
+        ):
+            setattr(total, name, int(getattr(tree, name)[rows].sum()))
+        total.flops = int(np.where(tree.synthetic[rows], 0, tree.flops[rows]).sum())
+        total.count = len(rows)
+        total.key = "Total"
+        return total
+
+    # -------------------------------------------------------- exports
+
+    def supported_export_stacks_metrics(self) -> list[str]:
+        return list(SUPPORTED_EXPORT_STACKS_METRICS)
+
+    def export_stacks(self, path: str | os.PathLike[str], metric: str = "self_cpu_time_total") -> str:
+        """Write collapsed stacks (``frame;frame;... value``) for flame graphs; returns the path.
+
+        :raises ValueError: ``metric`` is not one of ``supported_export_stacks_metrics()``.
+        """
+        from polyprof.plugins.stacks import (
+            collapsed_stack_lines,
+            collapsed_stack_lines_of_objects,
+            write_lines,
+        )
+
+        located = self._tree_rows()
+        if located is not None:
+            lines = collapsed_stack_lines(located[0], metric, rows=located[1])
+        else:
+            lines = collapsed_stack_lines_of_objects(self, metric)
+        return write_lines(path, lines)
+
+    def export_chrome_trace(self, path: str | os.PathLike[str]) -> str:
+        """torch's legacy Python export: a JSON array of ``"ph": "X"`` events plus kernel flows."""
+        from polyprof.fileio import atomic_writer
+
+        device_name = self._use_device or "cuda"
+        parts = []
+        next_id = 0
+        for evt in self:
+            if evt.trace_name is None:
+                continue
+            thread = evt.thread if not evt.is_remote else f'" node_id:{evt.node_id}, thread_id:{evt.thread} "'
+            parts.append(
+                f'{{"name": "{evt.trace_name}", "ph": "X", "ts": {evt.time_range.start}, '
+                f'"dur": {evt.time_range.elapsed_us()}, "tid": {thread}, "pid": "CPU functions", '
+                '"args": {}}'
+            )
+            for _ in evt.kernels:
+                parts.append(
+                    f'{{"name": "{evt.trace_name}", "ph": "s", "ts": {evt.time_range.start}, '
+                    f'"tid": {evt.thread}, '
+                    f'"pid": "CPU functions", "id": {next_id}, "cat": "cpu_to_{device_name}", "args": {{}}}}'
+                )
+                next_id += 1
+        with atomic_writer(path) as f:
+            f.write("[" + ", ".join(parts) + "]")
+        return os.fspath(path)
+
+
+# ------------------------------------------------------------ ProfileResults
+
+
+@attrs.define(eq=False)
+class ProfileResults:
+    """What a profiler holds after recording: its traces and how to read them.
+
+    With several traces (``acc_events``) ``events()`` lists the newest cycle
+    first, each cycle's events in torch's order, as torch does.
+    """
+
+    traces: tuple[Trace, ...] = attrs.field(converter=tuple)
+    use_device: str | None = None
+    #: The session's aggregators by name; ``key_averages`` is used when present.
+    aggregators: Mapping[str, Aggregator] | None = None
+    _events: EventList | None = attrs.field(default=None, init=False)
+    _tree: EventTree | None = attrs.field(default=None, init=False)
+    _merged: Trace | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.traces:
+            raise ValueError("ProfileResults needs at least one trace")
+
+    @property
+    def _config(self) -> Any:
+        return self.traces[-1].config
+
+    def tree(self) -> EventTree:
+        """All events as one ``EventTree`` (newest cycle first)."""
+        if self._tree is None:
+            trees = [tree_for(t, self.use_device) for t in reversed(self.traces)]
+            self._tree = EventTree.concat(trees)
+        return self._tree
+
+    def events(self) -> EventList:
+        """torch's ``prof.events()``: the same ``EventList`` object on every call."""
+        if self._events is None:
+            self._events = EventList.of_tree(
+                self.tree(), profile_memory=self._config.profile_memory, with_flops=self._config.with_flops
+            )
+        return self._events
+
+    def merged_trace(self) -> Trace:
+        """One trace holding every cycle's events (the trace itself when there is one).
+
+        Its tree (``polyprof.tree.tree_for``) is the exact concatenation of the
+        cycles' trees, so exporters and aggregators see torch's numbers.
+        """
+        if len(self.traces) == 1:
+            return self.traces[0]
+        if self._merged is None:
+            from polyprof.trace import Trace
+
+            newest_first = list(reversed(self.traces))
+            last = self.traces[-1]
+            merged = Trace(
+                events=concat([t.events for t in newest_first], source="merged"),
+                config=last.config,
+                start_ns=min(t.start_ns for t in self.traces),
+                end_ns=max(t.end_ns for t in self.traces),
+                pid=last.pid,
+                hostname=last.hostname,
+                trace_id=last.trace_id,
+                metadata_json=dict(last.metadata_json),
+                device_properties=last.device_properties,
+                notes=tuple(note for t in self.traces for note in t.notes),
+            )
+            tree = self.tree()
+            offsets = np.cumsum([0, *(len(t.events) for t in newest_first)])
+            remember_tree(
+                merged,
+                attrs.evolve(
+                    tree,
+                    source=tree.source + offsets[tree.trace_index],
+                    trace_index=np.zeros(len(tree), dtype=np.int32),
+                ),
+            )
+            self._merged = merged
+        return self._merged
+
+    def key_averages(
+        self,
+        group_by_input_shape: bool = False,
+        group_by_stack_n: int = 0,
+        group_by_overload_name: bool = False,
+    ) -> EventList:
+        """torch's ``prof.key_averages()``, through the session's ``key_averages`` aggregator."""
+        from polyprof.plugins.key_averages import KeyAverages, KeyAveragesSummary
+
+        aggregator = (self.aggregators or {}).get("key_averages") or KeyAverages()
+        result = aggregator.aggregate(
+            self.merged_trace(),
+            use_device=self.use_device,
+            group_by_input_shape=group_by_input_shape,
+            group_by_stack_n=group_by_stack_n,
+            group_by_overload_name=group_by_overload_name,
+        )
+        if isinstance(result, KeyAveragesSummary):
+            return wrap_key_averages(
+                result, profile_memory=self._config.profile_memory, with_flops=self._config.with_flops
+            )
+        if isinstance(result, EventList):
+            return result
+        if isinstance(result, Sequence):
+            return EventList(
+                result,
+                use_device=self.use_device,
+                profile_memory=self._config.profile_memory,
+                with_flops=self._config.with_flops,
+            )
+        raise TypeError(
+            f"the key_averages aggregator {type(aggregator).__name__} returned {type(result).__name__}; "
+            "expected a KeyAveragesSummary or a sequence of FunctionEventAvg"
+        )
+
+    def total_average(self) -> FunctionEventAvg:
+        return self.events().total_average()
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        return self.events().self_cpu_time_total

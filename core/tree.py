@@ -1,0 +1,1113 @@
+"""torch's ``FunctionEvent`` semantics for a finished trace, column-wise.
+
+``EventTree.from_trace(trace, use_device=...)`` computes, with numpy and no
+Python loop per event, what torch 2.13's ``profile._parse_kineto_results``
+followed by ``EventList._build_tree`` computes one Python object at a time
+(75-120 µs per event):
+
+1. **Rows.** Every event except torch's utility names (``_filter_name``:
+   ``[memory]``, ``[OutOfMemory]``, ``profiler::_record_function_*``,
+   ``aten::is_leaf``, ``aten::output_nr``, ``aten::_version``) becomes a row,
+   then one synthetic top-level row per memory record that no CPU-side row's
+   interval covered, then one per out-of-memory record (ids continue after the
+   largest correlation id). Rows are sorted by ``[start_us, -end_us]``, stably.
+2. **Names.** ``key`` is the name demangled (``torch._C._demangle``, names
+   longer than one character; see ``rewrite_name``) with ``ProfilerStep#N``
+   rewritten to ``ProfilerStep*``; ``trace_name`` keeps ``ProfilerStep#N``.
+3. **Times.** ``start_us = (start_ns - trace.start_ns) / 1000`` in float64,
+   exactly torch's ``rel_ns / 1000``; elapsed is ``end_us - start_us``.
+4. **Memory.** A CPU-side row gets every memory record (any thread) whose time
+   lies in ``[start_ns, end_ns]`` (``MemRecordsAcc.in_interval``): cumulative
+   sums over the records sorted by time plus two ``searchsorted``.
+   Attributes only event views need (ids, flows, sequence numbers, ...) are
+   ``LAZY_COLUMNS``, read on first use, so a table never decodes the columns
+   a tracer deferred.
+5. **Device work.** Device rows (kernel, memcpy, memset on CUDA, XPU or
+   PrivateUse1) whose ``linked_correlation_id`` names a synchronous CPU row's
+   id become that row's kernels; CPU-side rows with a link (runtime calls) take
+   the launching row's thread.
+6. **Parents** (``_populate_cpu_children``): per thread, over synchronous CPU
+   rows in row order, torch's stack walk makes row ``e``'s parent the nearest
+   earlier row ``x`` with ``end[x] >= end[e]`` and ``end[x] > start[e]``;
+   ``_previous_reaching`` finds it by pointer doubling over candidate links,
+   so partially overlapping ranges get torch's answer too.
+7. **Duplicates** (``_remove_dup_nodes``): a row whose parent has the same key
+   and no other child is removed; the chain's top row takes the bottom row's
+   children and kernels.
+8. **Backward stacks** (``_set_backward_stacktraces``): rows under a backward
+   function (scope 1) take the stack of the first forward row with the same
+   ``(sequence_nr, thread)`` as that function's ``(sequence_nr, fwd_thread)``.
+9. **Totals.** Self times and device totals are sums over children in row
+   order, computed the way CPython's ``sum`` computes them (sequential before
+   3.12, Neumaier-compensated from 3.12), so every float is bit-identical to
+   torch's and tables print the same digits.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+from polyprof._log import get_logger
+from polyprof.activity import ProfilerActivity
+from polyprof.events import FIELDS, DeviceType, EventBatch, EventKind
+
+if TYPE_CHECKING:
+    from polyprof.config import ProfileConfig
+    from polyprof.trace import Trace
+
+log = get_logger(__name__)
+
+__all__ = [
+    "FILTERED_NAMES",
+    "LAZY_COLUMNS",
+    "MEMORY_EVENT_NAME",
+    "OUT_OF_MEMORY_EVENT_NAME",
+    "VALID_USE_DEVICES",
+    "EventTree",
+    "filter_stack_entry",
+    "python_sum_by_segment",
+    "remember_tree",
+    "rewrite_name",
+    "tree_for",
+    "use_device_for",
+]
+
+MEMORY_EVENT_NAME = "[memory]"
+OUT_OF_MEMORY_EVENT_NAME = "[OutOfMemory]"
+
+#: Names torch's ``_filter_name`` drops from its results.
+FILTERED_NAMES: frozenset[str] = frozenset(
+    {
+        MEMORY_EVENT_NAME,
+        OUT_OF_MEMORY_EVENT_NAME,
+        "profiler::_record_function_enter",
+        "profiler::_record_function_enter_new",
+        "profiler::_record_function_exit",
+        "aten::is_leaf",
+        "aten::output_nr",
+        "aten::_version",
+    }
+)
+
+#: Stack frames torch's ``_filter_stack_entry`` drops: (file part, function part).
+_FILTERED_STACK_ENTRIES: tuple[tuple[str, str], ...] = (
+    ("autograd/__init__", "_make_grads"),
+    ("autograd/__init__", "backward"),
+    ("torch/tensor", "backward"),
+    ("_internal/common_utils", "prof_callable"),
+    ("_internal/common_utils", "prof_func_call"),
+    ("_internal/common_utils", "prof_meth_call"),
+)
+
+#: Memory records counted as CPU memory / device memory (torch's two lists).
+_CPU_MEMORY_DEVICES = (DeviceType.CPU, DeviceType.MKLDNN, DeviceType.IDEEP)
+_DEVICE_MEMORY_DEVICES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.HIP, DeviceType.XPU)
+#: Device rows that become kernels of the CPU row that launched them.
+_KERNEL_DEVICES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.XPU)
+#: Device rows whose own elapsed time is their device time.
+_TIMED_DEVICES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.MTIA, DeviceType.HPU, DeviceType.XPU)
+#: Kinds whose torch ``device_index`` is the process id (Kineto's CPU "device").
+_CPU_SIDE_KINDS = (EventKind.CPU_OP, EventKind.USER_ANNOTATION, EventKind.PYTHON_FUNCTION)
+_USER_ANNOTATION_KINDS = (EventKind.USER_ANNOTATION, EventKind.GPU_USER_ANNOTATION)
+#: torch's RecordScope.BACKWARD_FUNCTION.
+_BACKWARD_SCOPE = 1
+
+#: ``use_device`` values torch accepts, in its priority order for activities.
+_USE_DEVICE_BY_ACTIVITY: tuple[tuple[ProfilerActivity, str], ...] = (
+    (ProfilerActivity.CUDA, "cuda"),
+    (ProfilerActivity.XPU, "xpu"),
+    (ProfilerActivity.MTIA, "mtia"),
+    (ProfilerActivity.HPU, "hpu"),
+    (ProfilerActivity.PrivateUse1, "privateuseone"),
+)
+VALID_USE_DEVICES: tuple[str | None, ...] = (None, *(d for _, d in _USE_DEVICE_BY_ACTIVITY))
+
+#: From 3.12 CPython's ``sum`` of floats is Neumaier-compensated.
+_COMPENSATED_SUM = sys.version_info >= (3, 12)
+#: Segments longer than this are summed by CPython's own ``sum`` (see ``python_sum_by_segment``).
+_LONG_SEGMENT = 48
+
+
+def use_device_for(config: ProfileConfig) -> str | None:
+    """torch's ``use_device`` for the recorded activities (CUDA > XPU > MTIA > HPU > PrivateUse1)."""
+    for activity, device in _USE_DEVICE_BY_ACTIVITY:
+        if activity in config.activities:
+            return device
+    return None
+
+
+# ------------------------------------------------------------------ names
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_demangler() -> Callable[[str], str]:
+    try:
+        from torch._C import _demangle
+    except ImportError:
+        return lambda name: name
+    return _demangle
+
+
+def _demangle(name: str) -> str:
+    # torch demangles every name; importing torch only for that takes seconds, so
+    # without torch loaded only C++ symbols (``_Z...``) are worth the import.
+    if "torch" not in sys.modules and not name.startswith("_Z"):
+        return name
+    return _torch_demangler()(name)
+
+
+def rewrite_name(name: str, *, with_wildcard: bool) -> str:
+    """torch's ``_rewrite_name``: demangle, and with ``with_wildcard`` fold ``ProfilerStep#N``.
+
+    Demangling uses ``torch._C._demangle`` (identity without torch). When torch
+    is not imported yet, only names that look like C++ symbols (``_Z...``) are
+    passed to it, so reading a saved trace never pays torch's import for
+    ordinary names.
+    """
+    if len(name) > 1:  # torch leaves one-letter names alone ('t' would demangle to 'unsigned short')
+        name = _demangle(name)
+    if with_wildcard and name.startswith("ProfilerStep#"):
+        return "ProfilerStep*"
+    return name
+
+
+def filter_stack_entry(entry: str) -> bool:
+    """torch's ``_filter_stack_entry``: False for autograd/test-harness frames."""
+    return all(not (file in entry and func in entry) for file, func in _FILTERED_STACK_ENTRIES)
+
+
+class _Interner:
+    """Values -> small ints, first-seen order."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {}
+        self.values: list[Any] = []
+
+    def add(self, value: Any) -> int:
+        idx = self.index.get(value)
+        if idx is None:
+            idx = self.index[value] = len(self.values)
+            self.values.append(value)
+        return idx
+
+    def table(self) -> tuple:
+        return tuple(self.values)
+
+
+def _gather(batch: EventBatch, field: str, rows: np.ndarray, dtype: Any = None) -> np.ndarray:
+    """``batch[field][rows]`` as a new writable array (absent columns are not materialized in full)."""
+    spec = FIELDS[field]
+    dtype = spec.dtype if dtype is None else dtype
+    if batch.has(field):  # a deferred column is decoded here, once
+        return batch[field][rows].astype(dtype, copy=False)  # fancy indexing already copied
+    return np.full(len(rows), spec.default, dtype=dtype)
+
+
+def _torch_order(start_us: np.ndarray, end_us: np.ndarray) -> np.ndarray:
+    """The permutation of torch's stable sort by ``[start, -end]``.
+
+    Events mostly arrive sorted by start, where a stable argsort is nearly free;
+    only runs of equal starts need the ``-end`` key.
+    """
+    order = np.argsort(start_us, kind="stable")
+    sorted_start = start_us[order]
+    tie = np.r_[False, sorted_start[1:] == sorted_start[:-1]]
+    if not tie.any():
+        return order
+    in_run = tie | np.r_[tie[1:], False]
+    run = np.cumsum(~tie)[in_run]
+    positions = np.flatnonzero(in_run)
+    members = order[positions]
+    order[positions] = members[np.lexsort((-end_us[members], run))]
+    return order
+
+
+def _lookup(table_map: Sequence[int], column: np.ndarray) -> np.ndarray:
+    """Map an interned column through ``table_map`` (index -1 -> -1)."""
+    lut = np.asarray([*table_map, -1], dtype=np.int32)
+    return lut[column]
+
+
+# ------------------------------------------------------------------ sums
+
+
+def python_sum_by_segment(segments: np.ndarray, values: np.ndarray, n_segments: int) -> np.ndarray:
+    """Per segment, what CPython's ``sum(values_of_segment)`` returns.
+
+    ``values`` must be in the order the Python code would add them (row order).
+    Before 3.12 ``sum`` adds sequentially from 0, which is ``np.bincount``
+    (sequential per bin). From 3.12 it is Neumaier-compensated: short segments
+    run that algorithm vectorized one position at a time, long ones (a step
+    with thousands of ops) go through CPython's ``sum`` itself.
+    """
+    segments = np.asarray(segments, dtype=np.int64)
+    values = np.asarray(values, dtype=np.float64)
+    if not _COMPENSATED_SUM:
+        return np.bincount(segments, weights=values, minlength=n_segments)
+    return _neumaier_by_segment(segments, values, n_segments)
+
+
+def _neumaier_by_segment(segments: np.ndarray, values: np.ndarray, n_segments: int) -> np.ndarray:
+    out = np.zeros(n_segments, dtype=np.float64)
+    if not len(values):
+        return out
+    order = np.argsort(segments, kind="stable")
+    seg = segments[order]
+    val = values[order]
+    starts = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1]])
+    lengths = np.diff(np.r_[starts, len(seg)])
+    long = lengths > _LONG_SEGMENT
+    for start, length in zip(starts[long].tolist(), lengths[long].tolist(), strict=True):
+        out[seg[start]] = sum(val[start : start + length].tolist())
+    short = np.repeat(~long, lengths)
+    rank = np.arange(len(seg)) - np.repeat(starts, lengths)
+    seg, val, rank = seg[short], val[short], rank[short]
+    if not len(seg):
+        return out
+    by_rank = np.argsort(rank, kind="stable")
+    seg, val = seg[by_rank], val[by_rank]
+    bounds = np.searchsorted(rank[by_rank], np.arange(rank.max() + 2))
+    total = np.zeros(n_segments, dtype=np.float64)
+    comp = np.zeros(n_segments, dtype=np.float64)
+    for r in range(len(bounds) - 1):
+        ids = seg[bounds[r] : bounds[r + 1]]
+        x = val[bounds[r] : bounds[r + 1]]
+        acc = total[ids]
+        t = acc + x
+        comp[ids] += np.where(np.abs(acc) >= np.abs(x), (acc - t) + x, (x - t) + acc)
+        total[ids] = t
+    fix = (comp != 0) & np.isfinite(comp)
+    total[fix] += comp[fix]
+    touched = np.unique(seg)
+    out[touched] = total[touched]
+    return out
+
+
+def _int_sum_by_segment(segments: np.ndarray, values: np.ndarray, n_segments: int) -> np.ndarray:
+    """Exact integer sums per segment (``np.bincount`` would go through float64)."""
+    out = np.zeros(n_segments, dtype=np.int64)
+    np.add.at(out, segments, values.astype(np.int64, copy=False))
+    return out
+
+
+# ------------------------------------------------------------------ parents
+
+
+def _previous_reaching(end: np.ndarray, threshold: np.ndarray, group_start: np.ndarray) -> np.ndarray:
+    """For each position p, the largest q in [group_start[p], p) with end[q] >= threshold[p], else -1.
+
+    Pointer doubling over candidate links: ``cand[p]`` starts at ``p - 1``;
+    while it does not reach, p jumps to its candidate's candidate. Every row
+    strictly between ``cand[q]`` and ``q`` ends before ``threshold[q]``, which
+    is at most ``threshold[p]`` whenever ``q`` failed p, so a jump never skips
+    an answer; links double along unresolved chains, and a resolved row links
+    straight to its own answer. Rounds: about log2(siblings) plus the depth a
+    row climbs after a deep subtree.
+    """
+    m = len(end)
+    cand = np.arange(m, dtype=np.int64) - 1
+    cand[np.arange(m) <= group_start] = -1
+    active = np.flatnonzero(cand >= 0)
+    active = active[end[cand[active]] < threshold[active]]
+    while len(active):
+        cand[active] = cand[cand[active]]
+        active = active[cand[active] >= 0]
+        active = active[end[cand[active]] < threshold[active]]
+    return cand
+
+
+def _populate_parents(
+    start_us: np.ndarray, end_us: np.ndarray, thread: np.ndarray, eligible: np.ndarray
+) -> np.ndarray:
+    """torch's ``_populate_cpu_children`` for rows already in ``[start, -end]`` order.
+
+    torch walks each thread's rows with a stack, popping every open row that
+    ends before the new row's end or at/before its start. An earlier row
+    survives until row ``e`` iff no row in between ends after it and it ends
+    after the last start; so ``e``'s parent is the nearest earlier row of the
+    thread with ``end >= end[e]`` and ``end > start[e]``.
+    """
+    n = len(start_us)
+    parent = np.full(n, -1, dtype=np.int64)
+    rows = np.flatnonzero(eligible)
+    if len(rows) < 2:
+        return parent
+    rows = rows[np.argsort(thread[rows], kind="stable")]  # grouped by thread, row order inside
+    th = thread[rows]
+    s = start_us[rows]
+    e = end_us[rows]
+    threshold = np.where(e > s, e, np.nextafter(s, np.inf))
+    first = np.r_[True, th[1:] != th[:-1]]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(len(rows)), 0))
+    found = _previous_reaching(e, threshold, group_start)
+    has = found >= 0
+    parent[rows[has]] = rows[found[has]]
+    return parent
+
+
+def _chain_top(link: np.ndarray) -> np.ndarray:
+    """Follow ``link`` (i -> link[i], fixed points are tops) to its fixed point, by pointer doubling."""
+    top = link.copy()
+    while True:
+        nxt = top[top]
+        if np.array_equal(nxt, top):
+            return top
+        top = nxt
+
+
+def _csr(parent: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Children lists in row order: (indptr, children)."""
+    has = np.flatnonzero(parent >= 0)
+    order = np.argsort(parent[has], kind="stable")
+    children = has[order]
+    counts = np.bincount(parent[has], minlength=n)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return indptr, children.astype(np.int64)
+
+
+def _levels(parent: np.ndarray, indptr: np.ndarray, children: np.ndarray) -> list[np.ndarray]:
+    """Rows by depth (roots first), each level in row order."""
+    n = len(parent)
+    depth = np.zeros(n, dtype=np.int64)
+    level = np.flatnonzero(parent < 0)
+    d = 0
+    while len(level):
+        depth[level] = d
+        starts, ends = indptr[level], indptr[level + 1]
+        counts = ends - starts
+        total = int(counts.sum())
+        if total == 0:
+            break
+        offsets = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(total)
+        level = children[offsets]
+        d += 1
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(d + 2))
+    return [order[bounds[i] : bounds[i + 1]] for i in range(d + 1) if bounds[i + 1] > bounds[i]]
+
+
+def _pair_codes(
+    a_left: np.ndarray, b_left: np.ndarray, a_right: np.ndarray, b_right: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Encode (a, b) pairs from two sides as comparable int64 codes."""
+    _, a_inv = np.unique(np.concatenate([a_left, a_right]), return_inverse=True)
+    b_all, b_inv = np.unique(np.concatenate([b_left, b_right]), return_inverse=True)
+    codes = a_inv.astype(np.int64) * len(b_all) + b_inv
+    return codes[: len(a_left)], codes[len(a_left) :]
+
+
+# ------------------------------------------------------------------ the tree
+
+
+def _frozen(arr: np.ndarray) -> np.ndarray:
+    arr = np.ascontiguousarray(arr)
+    arr.setflags(write=False)
+    return arr
+
+
+def _array_field() -> Any:
+    return attrs.field(converter=_frozen, repr=False)
+
+
+#: Per-row attributes only ``FunctionEvent`` views read; computed on first use
+#: (``EventTree.column``) so a table never decodes the columns a tracer deferred.
+LAZY_COLUMNS: tuple[str, ...] = (
+    "event_id",
+    "sequence_nr",
+    "fwd_thread",
+    "scope",
+    "device_index",
+    "device_resource_id",
+    "linked_correlation_id",
+    "external_id",
+    "flow_id",
+    "flow_type",
+    "flow_start",
+    "python_id",
+    "python_parent_id",
+)
+#: Kinds Kineto gives no "External id" unless they are linked to a CPU op.
+_NO_EXTERNAL_ID_KINDS = (
+    EventKind.KERNEL,
+    EventKind.GPU_MEMCPY,
+    EventKind.GPU_MEMSET,
+    EventKind.RUNTIME,
+    EventKind.DRIVER,
+)
+
+
+@attrs.frozen(eq=False)
+class EventTree:
+    """torch's event list after ``_build_tree``, one numpy array per attribute.
+
+    Rows are in torch's ``prof.events()`` order. Interned columns index the
+    matching table (``-1`` = empty: ``[]`` shapes, ``[]`` stack, ``""``
+    overload, ``None`` trace name). Attributes only event views need
+    (``LAZY_COLUMNS``: ids, flows, sequence numbers, ...) come from
+    ``column(name)``, decoded on first use. Read-only; safe across threads.
+    """
+
+    #: The ``use_device`` the device totals were computed for (None: all 0, as in torch).
+    use_device: str | None
+    #: Per row: index of the trace (in ``EventTree.concat`` order; 0 for one trace) and of the event in it.
+    trace_index: np.ndarray = _array_field()
+    source: np.ndarray = _array_field()
+    #: True for torch's synthetic top-level ``[memory]`` / ``[OutOfMemory]`` rows.
+    synthetic: np.ndarray = _array_field()
+    #: For synthetic rows, their order of creation (their id is the largest event id + 1 + this).
+    synthetic_rank: np.ndarray = _array_field()
+    key: np.ndarray = _array_field()
+    keys: tuple[str, ...] = attrs.field(repr=False)
+    trace_name: np.ndarray = _array_field()
+    trace_names: tuple[str, ...] = attrs.field(repr=False)
+    kind: np.ndarray = _array_field()
+    start_us: np.ndarray = _array_field()
+    end_us: np.ndarray = _array_field()
+    #: torch's thread id (a runtime call takes the thread of the op that launched it).
+    thread: np.ndarray = _array_field()
+    is_async: np.ndarray = _array_field()
+    is_user_annotation: np.ndarray = _array_field()
+    device_type: np.ndarray = _array_field()
+    flops: np.ndarray = _array_field()
+    input_shapes: np.ndarray = _array_field()
+    shapes: tuple[tuple, ...] = attrs.field(repr=False)
+    #: Stacks after torch's frame filter and backward-stack propagation.
+    stack: np.ndarray = _array_field()
+    stacks: tuple[tuple[str, ...], ...] = attrs.field(repr=False)
+    overload: np.ndarray = _array_field()
+    overloads: tuple[str, ...] = attrs.field(repr=False)
+    parent: np.ndarray = _array_field()
+    #: Children per row (CSR, row order): ``children[children_indptr[r]:children_indptr[r + 1]]``.
+    children_indptr: np.ndarray = _array_field()
+    children: np.ndarray = _array_field()
+    #: Kernels per row (CSR, torch's order): rows of the device events each op launched.
+    kernel_indptr: np.ndarray = _array_field()
+    kernel_rows: np.ndarray = _array_field()
+    cpu_time_total: np.ndarray = _array_field()
+    self_cpu_time_total: np.ndarray = _array_field()
+    cpu_memory_usage: np.ndarray = _array_field()
+    device_memory_usage: np.ndarray = _array_field()
+    self_cpu_memory_usage: np.ndarray = _array_field()
+    self_device_memory_usage: np.ndarray = _array_field()
+    device_time_total: np.ndarray = _array_field()
+    self_device_time_total: np.ndarray = _array_field()
+    #: Where lazy columns come from: the trace's batch, or the trees this one concatenates.
+    batch: EventBatch | None = attrs.field(default=None, repr=False)
+    parts: tuple[EventTree, ...] = attrs.field(default=(), repr=False)
+    _lazy: dict[str, np.ndarray] = attrs.field(factory=dict, init=False, repr=False)
+    _lazy_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    @property
+    def count(self) -> np.ndarray:
+        """FunctionEvent.count: 1 per row."""
+        return np.ones(len(self), dtype=np.int64)
+
+    @property
+    def elapsed_us(self) -> np.ndarray:
+        return self.end_us - self.start_us
+
+    @property
+    def kernel_durations(self) -> np.ndarray:
+        return self.end_us[self.kernel_rows] - self.start_us[self.kernel_rows]
+
+    def children_of(self, row: int) -> np.ndarray:
+        return self.children[self.children_indptr[row] : self.children_indptr[row + 1]]
+
+    def kernels_of(self, row: int) -> np.ndarray:
+        return self.kernel_rows[self.kernel_indptr[row] : self.kernel_indptr[row + 1]]
+
+    def column(self, name: str) -> np.ndarray:
+        """A lazy per-row column (one of ``LAZY_COLUMNS``), computed once.
+
+        :raises KeyError: ``name`` is not a lazy column.
+        """
+        if name not in LAZY_COLUMNS:
+            raise KeyError(f"{name!r} is not a lazy EventTree column; lazy columns: {list(LAZY_COLUMNS)}")
+        cached = self._lazy.get(name)
+        if cached is not None:
+            return cached
+        with self._lazy_lock:
+            cached = self._lazy.get(name)
+            if cached is None:
+                if self.parts:
+                    values = np.concatenate([part.column(name) for part in self.parts])
+                elif self.batch is not None:
+                    values = _row_column(
+                        name,
+                        self.batch,
+                        self.source,
+                        self.synthetic,
+                        self.synthetic_rank,
+                        self.thread,
+                        self.kind,
+                    )
+                else:
+                    raise ValueError("this EventTree has neither a batch nor parts to read lazy columns from")
+                cached = self._lazy[name] = _frozen(values)
+            return cached
+
+    # -------------------------------------------------------------- build
+
+    @classmethod
+    def from_trace(cls, trace: Trace, *, use_device: str | None) -> EventTree:
+        """Build the tree of ``trace`` as torch would for ``use_device``.
+
+        :param use_device: torch's ``use_device`` (``"cuda"``, ``"xpu"``, ...);
+            None makes every device time 0, as in torch.
+        :raises ValueError: an event has a negative ``linked_correlation_id``.
+        """
+        if use_device is not None and not isinstance(use_device, str):
+            raise TypeError(f"use_device must be a str or None, not {use_device!r}")
+        started = time.perf_counter()
+        tree = _Builder(trace, use_device).build()
+        log.debug(
+            "event_tree_built",
+            events=len(trace.events),
+            rows=len(tree),
+            use_device=use_device,
+            seconds=round(time.perf_counter() - started, 4),
+        )
+        return tree
+
+    @classmethod
+    def concat(cls, trees: Sequence[EventTree]) -> EventTree:
+        """Trees one after another (torch's ``acc_events`` lists), re-indexed; tables merged."""
+        if not trees:
+            raise ValueError("EventTree.concat needs at least one tree")
+        if len(trees) == 1:
+            return trees[0]
+        devices = {t.use_device for t in trees}
+        if len(devices) != 1:
+            raise ValueError(
+                f"cannot concatenate trees built for different use_device values {sorted(map(str, devices))}"
+            )
+        offsets = np.cumsum([0, *(len(t) for t in trees)])
+        trace_offsets = np.cumsum([0, *(int(t.trace_index.max(initial=0)) + 1 for t in trees)])
+        fields: dict[str, Any] = {"use_device": trees[0].use_device, "batch": None, "parts": tuple(trees)}
+        for name, table in (
+            ("key", "keys"),
+            ("trace_name", "trace_names"),
+            ("input_shapes", "shapes"),
+            ("stack", "stacks"),
+            ("overload", "overloads"),
+        ):
+            interner = _Interner()
+            parts = []
+            for t in trees:
+                remap = [interner.add(v) for v in getattr(t, table)]
+                parts.append(_lookup(remap, getattr(t, name)))
+            fields[name] = np.concatenate(parts)
+            fields[table] = interner.table()
+        fields["parent"] = np.concatenate(
+            [np.where(t.parent >= 0, t.parent + off, -1) for t, off in zip(trees, offsets[:-1], strict=True)]
+        )
+        fields["children"] = np.concatenate(
+            [t.children + off for t, off in zip(trees, offsets[:-1], strict=True)]
+        )
+        fields["kernel_rows"] = np.concatenate(
+            [t.kernel_rows + off for t, off in zip(trees, offsets[:-1], strict=True)]
+        )
+        fields["trace_index"] = np.concatenate(
+            [t.trace_index + off for t, off in zip(trees, trace_offsets[:-1], strict=True)]
+        )
+        for name in ("children_indptr", "kernel_indptr"):
+            base = np.cumsum([0, *(int(getattr(t, name)[-1]) for t in trees)])
+            fields[name] = np.concatenate(
+                [np.zeros(1, np.int64)]
+                + [getattr(t, name)[1:] + b for t, b in zip(trees, base[:-1], strict=True)]
+            )
+        for field in attrs.fields(cls):
+            if field.init and field.name not in fields:
+                fields[field.name] = np.concatenate([getattr(t, field.name) for t in trees])
+        return cls(**fields)
+
+
+def _row_column(
+    name: str,
+    batch: EventBatch,
+    source: np.ndarray,
+    synthetic: np.ndarray,
+    synthetic_rank: np.ndarray,
+    thread: np.ndarray,
+    kind: np.ndarray,
+) -> np.ndarray:
+    """One lazy column for rows ``source`` of ``batch``, with torch's values for synthetic rows."""
+    syn = synthetic
+    if name == "event_id":
+        values = _gather(batch, "correlation_id", source)
+        names = batch.table("name")
+        kept = ~np.array([nm in FILTERED_NAMES for nm in names] + [False], dtype=bool)[batch["name"]]
+        # torch numbers its memory rows after the largest id among the events it kept
+        largest = int(batch["correlation_id"][kept].max(initial=0)) if syn.any() else 0
+        values[syn] = max(0, largest) + 1 + synthetic_rank[syn]
+        return values
+    if name in ("device_index", "device_resource_id"):
+        tid = _gather(batch, "tid", source)
+        if name == "device_resource_id":
+            return np.where(syn, thread, tid)  # torch: device_resource_id defaults to the thread
+        # Kineto reports the process id as the "device" of CPU-side events.
+        cpu_side = np.isin(kind, _CPU_SIDE_KINDS)
+        values = np.where(
+            cpu_side, _gather(batch, "pid", source), _gather(batch, "device_index", source, np.int64)
+        )
+        values[syn] = 0
+        return values
+    if name == "fwd_thread":
+        return np.where(syn, thread, _gather(batch, "fwd_thread", source))
+    if name == "external_id" and not batch.has("external_id"):
+        linked = _gather(batch, "linked_correlation_id", source)
+        own = np.where(np.isin(kind, _NO_EXTERNAL_ID_KINDS), 0, _gather(batch, "correlation_id", source))
+        return np.where(syn, 0, np.where(linked > 0, linked, own))
+    synthetic_value = {"sequence_nr": -1, "python_id": -1, "python_parent_id": -1}.get(name, 0)
+    values = _gather(batch, name, source)
+    values[syn] = synthetic_value
+    return values
+
+
+class _Builder:
+    """One ``EventTree.from_trace`` computation, in steps named after torch's."""
+
+    def __init__(self, trace: Trace, use_device: str | None) -> None:
+        self.trace = trace
+        self.batch = trace.events
+        self.use_device = use_device
+
+    def build(self) -> EventTree:
+        b = self.batch
+        names = b.table("name")
+        name_col = b["name"]
+        filtered = np.array([nm in FILTERED_NAMES for nm in names] + [False], dtype=bool)
+        start_ns = b["start_ns"]
+        end_ns = start_ns + b["dur_ns"]
+        origin = int(self.trace.start_ns)
+
+        memory = self._memory(names, name_col, start_ns, end_ns, filtered)
+        kept, mem_free, oom = memory["kept"], memory["unconsumed"], memory["oom"]
+        source = np.concatenate([kept, mem_free, oom]).astype(np.int64)
+        n_kept = len(kept)
+        synthetic = np.zeros(len(source), dtype=bool)
+        synthetic[n_kept:] = True
+
+        rel_start = (start_ns[source] - origin).astype(np.float64) / 1000.0
+        rel_end = (end_ns[source] - origin).astype(np.float64) / 1000.0
+        rel_end[n_kept:] = rel_start[n_kept:]  # memory rows have no duration
+
+        device_type = _gather(b, "device_type", source)
+        device_type[n_kept:] = DeviceType.CPU
+        is_async = _gather(b, "is_async", source)
+        is_async[n_kept:] = False
+        thread = _gather(b, "thread", source)
+        synthetic_rank = np.full(len(source), -1, dtype=np.int64)
+        synthetic_rank[n_kept:] = np.arange(len(source) - n_kept)
+        kernel_owner, kernel_row, thread = self._link_device_rows(
+            source, device_type, is_async, synthetic, thread
+        )
+
+        # torch: all_function_events.sort(key=[start, -end]) (stable)
+        order = _torch_order(rel_start, rel_end)
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        source, synthetic = source[order], synthetic[order]
+        start_us, end_us = rel_start[order], rel_end[order]
+        device_type, is_async, thread = device_type[order], is_async[order], thread[order]
+        synthetic_rank = synthetic_rank[order]
+        cpu_mem, dev_mem = memory["cpu"][order], memory["device"][order]
+        kernel_owner, kernel_row = inverse[kernel_owner], inverse[kernel_row]
+        by_owner = np.argsort(kernel_owner, kind="stable")  # keeps event order within an owner
+        kernel_owner, kernel_row = kernel_owner[by_owner], kernel_row[by_owner]
+
+        keys = _Interner()
+        key = _lookup([keys.add(rewrite_name(nm, with_wildcard=True)) for nm in names], name_col[source])
+        for name_id in np.unique(name_col[source[synthetic]]).tolist():
+            # torch names its memory rows with the raw event name, not rewritten
+            key[synthetic & (name_col[source] == name_id)] = keys.add(names[name_id])
+
+        cpu_sync = (device_type == DeviceType.CPU) & ~is_async
+        parent = _populate_parents(start_us, end_us, thread, cpu_sync)
+        keep, parent, kernel_owner, kernel_row = self._remove_dup_nodes(key, parent, kernel_owner, kernel_row)
+
+        rows = np.flatnonzero(keep)
+        remap = np.full(len(keep), -1, dtype=np.int64)
+        remap[rows] = np.arange(len(rows))
+        parent = np.where(parent[rows] >= 0, remap[np.maximum(parent[rows], 0)], -1)
+        kernel_owner, kernel_row = remap[kernel_owner], remap[kernel_row]
+        columns = {
+            "source": source[rows],
+            "synthetic": synthetic[rows],
+            "synthetic_rank": synthetic_rank[rows],
+            "key": key[rows],
+            "start_us": start_us[rows],
+            "end_us": end_us[rows],
+            "device_type": device_type[rows],
+            "is_async": is_async[rows],
+            "thread": thread[rows],
+            "cpu_mem": cpu_mem[rows],
+            "dev_mem": dev_mem[rows],
+        }
+        return self._finish(columns, keys.table(), names, parent, kernel_owner, kernel_row)
+
+    # ---------------------------------------------------- memory records
+
+    def _memory(
+        self,
+        names: tuple,
+        name_col: np.ndarray,
+        start_ns: np.ndarray,
+        end_ns: np.ndarray,
+        filtered: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """Kept rows, memory attribution (``MemRecordsAcc.in_interval``), leftover records."""
+        b = self.batch
+        n = len(b)
+        mem_id = names.index(MEMORY_EVENT_NAME) if MEMORY_EVENT_NAME in names else -2
+        oom_id = names.index(OUT_OF_MEMORY_EVENT_NAME) if OUT_OF_MEMORY_EVENT_NAME in names else -2
+        kept = np.flatnonzero(~filtered[name_col])
+        mem = np.flatnonzero(name_col == mem_id)
+        oom = np.flatnonzero(name_col == oom_id)
+
+        def split(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            dt = _gather(b, "device_type", idx)
+            nbytes = _gather(b, "nbytes", idx)
+            cpu = np.where(np.isin(dt, _CPU_MEMORY_DEVICES), nbytes, 0)
+            dev = np.where(np.isin(dt, _DEVICE_MEMORY_DEVICES), nbytes, 0)
+            return cpu.astype(np.int64), dev.astype(np.int64)
+
+        kept_cpu = np.zeros(len(kept), dtype=np.int64)
+        kept_dev = np.zeros(len(kept), dtype=np.int64)
+        unconsumed = mem
+        if len(mem):
+            by_time = np.argsort(start_ns[mem], kind="stable")  # torch sorts (start_ns, index)
+            mem_sorted = mem[by_time]
+            times = start_ns[mem_sorted]
+            cpu_bytes, dev_bytes = split(mem_sorted)
+            cum_cpu = np.r_[0, np.cumsum(cpu_bytes)]
+            cum_dev = np.r_[0, np.cumsum(dev_bytes)]
+            on_cpu = np.flatnonzero(_gather(b, "device_type", kept) == DeviceType.CPU)
+            rows = kept[on_cpu]
+            lo = np.searchsorted(times, start_ns[rows], side="left")
+            hi = np.maximum(np.searchsorted(times, end_ns[rows], side="right"), lo)
+            kept_cpu[on_cpu] = cum_cpu[hi] - cum_cpu[lo]
+            kept_dev[on_cpu] = cum_dev[hi] - cum_dev[lo]
+            cover = np.bincount(lo, minlength=len(mem) + 1) - np.bincount(hi, minlength=len(mem) + 1)
+            consumed_sorted = np.cumsum(cover)[: len(mem)] > 0
+            consumed = np.zeros(n, dtype=bool)
+            consumed[mem_sorted[consumed_sorted]] = True
+            unconsumed = mem[~consumed[mem]]
+        syn_cpu, syn_dev = split(np.concatenate([unconsumed, oom]).astype(np.int64))
+        return {
+            "kept": kept,
+            "unconsumed": unconsumed,
+            "oom": oom,
+            "cpu": np.concatenate([kept_cpu, syn_cpu]),
+            "device": np.concatenate([kept_dev, syn_dev]),
+        }
+
+    # ------------------------------------------------------ device links
+
+    def _link_device_rows(
+        self,
+        source: np.ndarray,
+        device_type: np.ndarray,
+        is_async: np.ndarray,
+        synthetic: np.ndarray,
+        thread: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Kernels of each launching CPU row, and the thread of linked CPU-side rows.
+
+        torch: for each frontend row (no link, CPU, synchronous) whose id some
+        rows link to, device rows become its kernels (in event order) and
+        CPU-side rows take its thread (the last such frontend row wins).
+        Correlation ids are read only when some event has a link.
+        """
+        empty = np.zeros(0, dtype=np.int64)
+        if not self.batch.has("linked_correlation_id"):
+            return empty, empty, thread
+        linked = np.where(synthetic, 0, _gather(self.batch, "linked_correlation_id", source))
+        if (linked < 0).any():
+            bad = int(linked[linked < 0][0])
+            raise ValueError(
+                f"event has a negative linked_correlation_id ({bad}); it must be 0 (none) or a CPU op's id"
+            )
+        linked_rows = np.flatnonzero(linked > 0)
+        if not len(linked_rows):
+            return empty, empty, thread
+        event_id = _gather(self.batch, "correlation_id", source)
+        frontend = np.flatnonzero((linked == 0) & (device_type == DeviceType.CPU) & ~is_async & ~synthetic)
+        frontend = frontend[np.argsort(event_id[frontend], kind="stable")]
+        ids = event_id[frontend]
+        lo = np.searchsorted(ids, linked[linked_rows], side="left")
+        hi = np.searchsorted(ids, linked[linked_rows], side="right")
+        matched = hi > lo
+        thread = thread.copy()
+        cpu_side = matched & (device_type[linked_rows] == DeviceType.CPU)
+        thread[linked_rows[cpu_side]] = thread[frontend[hi[cpu_side] - 1]]
+        is_kernel = matched & np.isin(device_type[linked_rows], _KERNEL_DEVICES)
+        k_rows, k_lo, k_hi = linked_rows[is_kernel], lo[is_kernel], hi[is_kernel]
+        counts = k_hi - k_lo
+        kernel_row = np.repeat(k_rows, counts)
+        within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        kernel_owner = frontend[np.repeat(k_lo, counts) + within]
+        order = np.lexsort((kernel_row, kernel_owner))
+        return kernel_owner[order], kernel_row[order], thread
+
+    # -------------------------------------------------- duplicate chains
+
+    @staticmethod
+    def _remove_dup_nodes(
+        key: np.ndarray, parent: np.ndarray, kernel_owner: np.ndarray, kernel_row: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """torch's ``_remove_dup_nodes``: collapse same-key single-child chains into their top."""
+        n = len(key)
+        has_parent = parent >= 0
+        n_children = np.bincount(parent[has_parent], minlength=n)
+        safe_parent = np.where(has_parent, parent, 0)
+        collapse = has_parent & (key[safe_parent] == key) & (n_children[safe_parent] == 1)
+        if not collapse.any():
+            return np.ones(n, dtype=bool), parent, kernel_owner, kernel_row
+        top = _chain_top(np.where(collapse, parent, np.arange(n)))
+        has_collapsing_child = np.zeros(n, dtype=bool)
+        has_collapsing_child[parent[collapse]] = True
+        bottom = np.flatnonzero(collapse & ~has_collapsing_child)
+        # The top row ends up with the bottom row's children and kernels.
+        kernel_source = np.arange(n)
+        kernel_source[top[bottom]] = bottom
+        keep = ~collapse
+        new_parent = np.where(has_parent, top[safe_parent], -1)
+        owner_of_source = np.full(n, -1, dtype=np.int64)
+        survivors = np.flatnonzero(keep)
+        owner_of_source[kernel_source[survivors]] = survivors
+        new_owner = owner_of_source[kernel_owner] if len(kernel_owner) else kernel_owner
+        kept_kernels = new_owner >= 0
+        kernel_owner, kernel_row = new_owner[kept_kernels], kernel_row[kept_kernels]
+        order = np.argsort(kernel_owner, kind="stable")  # kernel order within an owner is kept
+        return keep, new_parent, kernel_owner[order], kernel_row[order]
+
+    # ------------------------------------------------------------ finish
+
+    def _finish(
+        self,
+        col: dict[str, np.ndarray],
+        keys: tuple[str, ...],
+        names: tuple,
+        parent: np.ndarray,
+        kernel_owner: np.ndarray,
+        kernel_row: np.ndarray,
+    ) -> EventTree:
+        b = self.batch
+        src = col["source"]
+        syn = col["synthetic"]
+        n = len(src)
+        kind = _gather(b, "kind", src)
+        thread = col["thread"]
+        is_user_annotation = np.isin(kind, _USER_ANNOTATION_KINDS) & ~syn
+
+        trace_names = _Interner()
+        trace_name = _lookup(
+            [trace_names.add(rewrite_name(nm, with_wildcard=False)) for nm in names], _gather(b, "name", src)
+        )
+        trace_name[syn] = -1
+
+        shapes_table = b.table("shapes")
+        input_shapes = _gather(b, "shapes", src)
+        input_shapes[syn] = -1
+        overloads = b.table("overload")
+        overload = _gather(b, "overload", src)
+        overload[syn] = -1
+
+        indptr, children = _csr(parent, n)
+        kernel_counts = np.bincount(kernel_owner, minlength=n) if len(kernel_owner) else np.zeros(n, np.int64)
+        kernel_indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(kernel_counts, out=kernel_indptr[1:])
+
+        start_us, end_us = col["start_us"], col["end_us"]
+        device_type = col["device_type"]
+        is_async = col["is_async"]
+        on_cpu = device_type == DeviceType.CPU
+        counted = on_cpu & ~is_async  # rows with "self" metrics (others report 0)
+        elapsed = end_us - start_us
+        cpu_time_total = np.where(on_cpu, elapsed, 0.0)
+        child_parent = parent[children]
+        child_time = python_sum_by_segment(child_parent, cpu_time_total[children], n)
+        self_cpu = np.where(counted, cpu_time_total - child_time, 0.0)
+        cpu_mem, dev_mem = col["cpu_mem"], col["dev_mem"]
+        self_cpu_mem = np.where(counted, cpu_mem - _int_sum_by_segment(child_parent, cpu_mem[children], n), 0)
+        self_dev_mem = np.where(counted, dev_mem - _int_sum_by_segment(child_parent, dev_mem[children], n), 0)
+
+        levels: list[np.ndarray] | None = None
+        if self.use_device:
+            levels = _levels(parent, indptr, children)
+            device_total, self_device = _device_times(
+                levels, parent, elapsed, device_type, is_async, kernel_owner, elapsed[kernel_row], n
+            )
+        else:
+            device_total = np.zeros(n, dtype=np.float64)
+            self_device = np.zeros(n, dtype=np.float64)
+
+        stacks, stack = _filtered_stacks(b.table("stack"), _gather(b, "stack", src))
+        stack[syn] = -1
+        if len(stacks):
+            if levels is None:
+                levels = _levels(parent, indptr, children)
+            lazy = {
+                name: _row_column(name, b, src, syn, col["synthetic_rank"], thread, kind)
+                for name in ("scope", "sequence_nr", "fwd_thread")
+            }
+            stack = _backward_stacks(
+                levels, parent, lazy["scope"], lazy["sequence_nr"], thread, lazy["fwd_thread"], stack
+            )
+
+        flops = _gather(b, "flops", src)
+        flops[syn] = 0
+        return EventTree(
+            use_device=self.use_device,
+            trace_index=np.zeros(n, dtype=np.int32),
+            source=src,
+            synthetic=syn,
+            synthetic_rank=col["synthetic_rank"],
+            key=col["key"],
+            keys=keys,
+            trace_name=trace_name,
+            trace_names=trace_names.table(),
+            kind=kind,
+            start_us=start_us,
+            end_us=end_us,
+            thread=thread,
+            is_async=is_async,
+            is_user_annotation=is_user_annotation,
+            device_type=device_type,
+            flops=flops,
+            input_shapes=input_shapes,
+            shapes=tuple(shapes_table),
+            stack=stack,
+            stacks=stacks,
+            overload=overload,
+            overloads=tuple(overloads),
+            parent=parent,
+            children_indptr=indptr,
+            children=children,
+            kernel_indptr=kernel_indptr,
+            kernel_rows=kernel_row.astype(np.int64),
+            cpu_time_total=cpu_time_total,
+            self_cpu_time_total=self_cpu,
+            cpu_memory_usage=cpu_mem,
+            device_memory_usage=dev_mem,
+            self_cpu_memory_usage=self_cpu_mem.astype(np.int64),
+            self_device_memory_usage=self_dev_mem.astype(np.int64),
+            device_time_total=device_total,
+            self_device_time_total=self_device,
+            batch=b,
+        )
+
+
+def _device_times(
+    levels: list[np.ndarray],
+    parent: np.ndarray,
+    elapsed: np.ndarray,
+    device_type: np.ndarray,
+    is_async: np.ndarray,
+    kernel_owner: np.ndarray,
+    kernel_duration: np.ndarray,
+    n: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """torch's ``device_time_total`` (own kernels + children's totals, recursively) and its self part."""
+    on_cpu = device_type == DeviceType.CPU
+    own_kernels = python_sum_by_segment(kernel_owner, kernel_duration, n)
+    timed_device = np.isin(device_type, _TIMED_DEVICES) & ~is_async
+    total = np.where(timed_device, elapsed, 0.0)
+    children_total = np.zeros(n, dtype=np.float64)
+    cpu_rows = on_cpu & ~is_async
+    for level in reversed(levels):  # deepest first: children are done before their parent
+        rows = level[cpu_rows[level]]
+        total[rows] = own_kernels[rows] + children_total[rows]
+        kids = level[parent[level] >= 0]
+        if len(kids):
+            parents, segment = np.unique(parent[kids], return_inverse=True)
+            children_total[parents] = python_sum_by_segment(segment, total[kids], len(parents))
+    self_total = np.where(cpu_rows, total - children_total, total)
+    return total, self_total
+
+
+def _filtered_stacks(table: Sequence[tuple], column: np.ndarray) -> tuple[tuple, np.ndarray]:
+    """Stacks with torch's filtered frames removed; an emptied stack reads as none (-1)."""
+    frames = set().union(*table) if table else set()
+    dropped = {frame for frame in frames if not filter_stack_entry(frame)}  # each distinct frame once
+    if not dropped:
+        return tuple(table), column.astype(np.int32, copy=True)
+    interner = _Interner()
+    remap = []
+    for stack in table:
+        kept = stack if dropped.isdisjoint(stack) else tuple(f for f in stack if f not in dropped)
+        remap.append(interner.add(kept) if kept else -1)
+    return interner.table(), _lookup(remap, column)
+
+
+def _backward_stacks(
+    levels: list[np.ndarray],
+    parent: np.ndarray,
+    scope: np.ndarray,
+    sequence_nr: np.ndarray,
+    thread: np.ndarray,
+    fwd_thread: np.ndarray,
+    stack: np.ndarray,
+) -> np.ndarray:
+    """torch's ``_set_backward_stacktraces``: rows under a backward function get its forward op's stack."""
+    n = len(parent)
+    backward = np.full(n, -1, dtype=np.int64)  # nearest ancestor-or-self with backward scope
+    for level in levels:
+        above = np.where(parent[level] >= 0, backward[np.maximum(parent[level], 0)], -1)
+        backward[level] = np.where(scope[level] == _BACKWARD_SCOPE, level, above)
+    under = np.flatnonzero(backward >= 0)
+    if not len(under):
+        return stack
+    forward = np.flatnonzero(backward < 0)
+    fn = backward[under]
+    stack = stack.copy()
+    if not len(forward):
+        stack[under] = -1
+        return stack
+    fwd_codes, query_codes = _pair_codes(
+        sequence_nr[forward], thread[forward], sequence_nr[fn], fwd_thread[fn]
+    )
+    unique_codes, first = np.unique(fwd_codes, return_index=True)  # first row per (sequence_nr, thread)
+    pos = np.searchsorted(unique_codes, query_codes)
+    clipped = np.minimum(pos, len(unique_codes) - 1)
+    found = (pos < len(unique_codes)) & (unique_codes[clipped] == query_codes)
+    stack[under] = np.where(found, stack[forward[first[clipped]]], -1)
+    return stack
+
+
+# ------------------------------------------------------------------ cache
+
+_cache_lock = threading.Lock()
+_cache: weakref.WeakKeyDictionary[Any, dict[str | None, EventTree]] = weakref.WeakKeyDictionary()
+
+
+def tree_for(trace: Trace, use_device: str | None) -> EventTree:
+    """``EventTree.from_trace``, computed once per (trace, use_device) while the trace lives."""
+    with _cache_lock:
+        cached = _cache.get(trace, {}).get(use_device)
+    if cached is not None:
+        return cached
+    tree = EventTree.from_trace(trace, use_device=use_device)
+    with _cache_lock:
+        _cache.setdefault(trace, {}).setdefault(use_device, tree)
+        return _cache[trace][use_device]
+
+
+def remember_tree(trace: Trace, tree: EventTree) -> None:
+    """Make ``tree_for(trace, tree.use_device)`` return ``tree`` (a merged trace's exact tree)."""
+    with _cache_lock:
+        _cache.setdefault(trace, {})[tree.use_device] = tree

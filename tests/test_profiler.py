@@ -229,3 +229,34 @@ def test_metadata_must_be_json() -> None:
     prof = polyprof.profile(activities=[ProfilerActivity.CPU])
     with pytest.raises(ValueError, match="not valid JSON"):
         prof.preset_metadata_json("k", "{not json")
+
+
+def test_export_stacks_through_the_frontend(tmp_path) -> None:
+    from torch._C._profiler import _ExperimentalConfig
+
+    def work():
+        x = torch.randn(64, 64)
+        return (x @ x).relu()
+
+    with polyprof.profile(
+        activities=[ProfilerActivity.CPU], with_stack=True, experimental_config=_ExperimentalConfig(verbose=True)
+    ) as prof:
+        work()
+    path = tmp_path / "stacks.txt"
+    prof.export_stacks(str(path))
+    lines = path.read_text().splitlines()
+    assert lines, "no stacks written"
+    for line in lines:
+        frames, value = line.rsplit(" ", 1)
+        assert int(value) > 0 and frames
+    assert any(";" in line for line in lines)
+    assert any("work" in line for line in lines)
+    with pytest.raises(ValueError, match="self_cpu_time_total"):
+        prof.export_stacks(str(tmp_path / "bad.txt"), metric="wall_time")
+
+
+def test_export_stacks_needs_with_stack(tmp_path) -> None:
+    with polyprof.profile(activities=[ProfilerActivity.CPU]) as prof:
+        tiny_step()
+    with pytest.raises(RuntimeError, match="requires with_stack=True"):
+        prof.export_stacks(str(tmp_path / "s.txt"))

@@ -41,6 +41,7 @@ import numpy as np
 
 from polyprof._log import get_logger
 from polyprof.events import DeviceType, EventKind, concat
+from polyprof.table import format_time
 from polyprof.tree import LAZY_COLUMNS, EventTree, python_sum_by_segment, remember_tree, tree_for
 
 if TYPE_CHECKING:
@@ -63,17 +64,6 @@ __all__ = [
 
 Kernel = namedtuple("Kernel", ["name", "device", "duration"])
 
-_US_IN_SECOND = 1000.0 * 1000.0
-_US_IN_MS = 1000.0
-
-
-def _format_time(time_us: float) -> str:
-    """torch's ``_format_time``."""
-    if time_us >= _US_IN_SECOND:
-        return f"{time_us / _US_IN_SECOND:.3f}s"
-    if time_us >= _US_IN_MS:
-        return f"{time_us / _US_IN_MS:.3f}ms"
-    return f"{time_us:.3f}us"
 
 
 @functools.lru_cache(maxsize=1)
@@ -115,7 +105,7 @@ class Interval:
 
 def _time_property(name: str) -> property:
     return property(
-        lambda self: _format_time(getattr(self, name)), doc=f"``{name}`` formatted as torch prints it."
+        lambda self: format_time(getattr(self, name)), doc=f"``{name}`` formatted as torch prints it."
     )
 
 

@@ -26,6 +26,7 @@ backslashes instead of turning them into ``/``.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import socket
@@ -302,9 +303,15 @@ class _Columns:
         if unknown:
             valid = ", ".join(f"{k.name}={int(k)}" for k in EventKind)
             raise ValueError(f"events have unknown kind values {unknown}; valid kinds: {valid}")
+        self._columns: dict[str, np.ndarray] = {}
 
     def col(self, name: str) -> np.ndarray:
-        return self.batch[name]
+        # Cached: the batch builds a fresh column of defaults for an absent field on every read,
+        # and chunks read the same columns again and again.
+        column = self._columns.get(name)
+        if column is None:
+            column = self._columns[name] = self.batch[name]
+        return column
 
     def has(self, name: str) -> bool:
         return self.batch.has(name)
@@ -405,132 +412,196 @@ def _encode_stack(stack: Any) -> str | None:
     return json_string("".join(f"{frame};" for frame in frames))
 
 
-def _build_args(cols: _Columns) -> list[str]:
-    """The ``, "args": {...}`` text of every event ("" when it has none).
+def _optional_args(cols: _Columns, field: str, key: str, encode: Any) -> list[str] | None:
+    """Per-unique-value ``, "key": <json>`` text of an interned column ("" for no value), or None."""
+    encoded = _interned_json(cols, field, encode)
+    if encoded is None:
+        return None
+    return [f', "{key}": {text}' if text is not None else "" for text in encoded]
 
-    One list comprehension per group of kinds: Kineto's args fragment when the
-    tracer kept one, else the standard args generated from the columns.
+
+#: Heads of standard args without an "External id" (Kineto leaves it out when there is none).
+_OP_ARGS_HEAD = ', "args": {"Record function id": 0'
+_DEVICE_ARGS_HEAD = ', "args": {"device": '
+_HOST_CALL_ARGS_HEAD = ', "args": {"correlation": '
+
+
+class _ArgsForm(enum.IntEnum):
+    """Which args template an event takes; every event takes exactly one."""
+
+    NONE = 0  # overhead events without a fragment
+    OP_FRAGMENT = 1  # ops and annotations with torch's fragment
+    OP_STANDARD = 2  # ops and annotations without one
+    MEMORY = 3  # memory instants without a fragment
+    OUT_OF_MEMORY = 4  # out-of-memory instants without a fragment
+    PYTHON = 5  # Python functions without a fragment
+    FRAGMENT_ONLY = 6  # memory, Python and overhead events with a fragment
+    DEVICE = 7  # device activity
+    HOST_CALL = 8  # runtime and driver calls on the host
+
+
+class _ArgsText:
+    """The ``, "args": {...}`` text of events ("" when one has none), a chunk at a time.
+
+    The constructor does the whole-trace work: fragment checks, "Ev Idx", JSON
+    of each unique shape and stack, and which template each event takes.
+    ``chunk`` builds the strings of one range of events, so they never exist
+    for the whole trace at once. An event takes Kineto's args fragment when the
+    tracer kept one, else the standard args generated from its columns.
     """
-    n = cols.n
-    out = np.full(n, "", dtype=object)
-    kind = cols.kind
-    if cols.has("args"):
-        frag_table = _clean_fragments(cols.batch.table("args"))
-        frag_table.append(None)  # index -1 reads the last slot
-        frag_col = cols.col("args").astype(np.int64)
-        has_fragment = np.array([f is not None for f in frag_table], dtype=bool)[frag_col]
-    else:
-        frag_table = [None]
-        frag_col = np.full(n, -1, dtype=np.int64)
-        has_fragment = np.zeros(n, dtype=bool)
-    corr = cols.col("correlation_id")
-    linked = cols.col("linked_correlation_id")
-    ev_idx = _ev_idx(kind)
-    shapes_json = _interned_json(cols, "shapes", _encode_shapes)
-    stack_json = _interned_json(cols, "stack", _encode_stack)
 
-    def optional(table: list[str | None] | None, field: str, key: str, idx: np.ndarray) -> list[str]:
+    def __init__(self, cols: _Columns) -> None:
+        self.cols = cols
+        kind = cols.kind
+        if cols.has("args"):
+            fragments = _clean_fragments(cols.batch.table("args"))
+            fragments.append(None)  # index -1 reads the last slot
+            self.fragment_col = cols.col("args").astype(np.int64)
+            has_fragment = np.array([f is not None for f in fragments], dtype=bool)[self.fragment_col]
+        else:
+            fragments = [None]
+            self.fragment_col = np.full(cols.n, -1, dtype=np.int64)
+            has_fragment = np.zeros(cols.n, dtype=bool)
+        self.fragments = fragments
+        self.extra_fragments = [f", {f}" if f is not None else "" for f in fragments]
+        self.ev_idx = _ev_idx(kind)
+        self.shapes_args = _optional_args(cols, "shapes", "Input Dims", _encode_shapes)
+        self.stack_args = _optional_args(cols, "stack", "Call stack", _encode_stack)
+
+        form = np.full(cols.n, _ArgsForm.NONE, dtype=np.int8)
+        ops = _kind_mask(kind, (EventKind.CPU_OP, EventKind.USER_ANNOTATION))
+        form[ops & has_fragment] = _ArgsForm.OP_FRAGMENT
+        form[ops & ~has_fragment] = _ArgsForm.OP_STANDARD
+        form[(kind == int(EventKind.MEMORY)) & ~has_fragment] = _ArgsForm.MEMORY
+        form[(kind == int(EventKind.OUT_OF_MEMORY)) & ~has_fragment] = _ArgsForm.OUT_OF_MEMORY
+        form[(kind == int(EventKind.PYTHON_FUNCTION)) & ~has_fragment] = _ArgsForm.PYTHON
+        fragment_only = (EventKind.MEMORY, EventKind.OUT_OF_MEMORY, EventKind.PYTHON_FUNCTION, EventKind.OVERHEAD)
+        form[_kind_mask(kind, fragment_only) & has_fragment] = _ArgsForm.FRAGMENT_ONLY
+        form[_kind_mask(kind, DEVICE_KINDS)] = _ArgsForm.DEVICE
+        form[_kind_mask(kind, (EventKind.RUNTIME, EventKind.DRIVER))] = _ArgsForm.HOST_CALL
+        self.form = form
+        self.device_stream = _device_tid(cols) if (form == _ArgsForm.DEVICE).any() else None
+        self._render = {
+            _ArgsForm.NONE: lambda idx: [""] * len(idx),
+            _ArgsForm.OP_FRAGMENT: self._op_fragment,
+            _ArgsForm.OP_STANDARD: self._op_standard,
+            _ArgsForm.MEMORY: self._memory,
+            _ArgsForm.OUT_OF_MEMORY: self._out_of_memory,
+            _ArgsForm.PYTHON: self._python,
+            _ArgsForm.FRAGMENT_ONLY: self._fragment_only,
+            _ArgsForm.DEVICE: self._device,
+            _ArgsForm.HOST_CALL: self._host_call,
+        }
+
+    def chunk(self, lo: int, hi: int) -> list[str]:
+        """The args text of events ``lo`` to ``hi - 1``, in order."""
+        form = self.form[lo:hi]
+        forms = np.unique(form).tolist()
+        if len(forms) == 1:  # the common case: one template for the whole chunk
+            return self._render[forms[0]](np.arange(lo, hi))
+        out = np.full(hi - lo, "", dtype=object)
+        for f in forms:
+            local = np.flatnonzero(form == f)
+            out[local] = self._render[f](local + lo)
+        return out.tolist()
+
+    def _optional(self, table: list[str] | None, field: str, idx: np.ndarray) -> list[str]:
         if table is None:
             return [""] * len(idx)
-        texts = [f', "{key}": {text}' if text is not None else "" for text in table]
-        return [texts[i] for i in cols.col(field)[idx].tolist()]
+        return [table[i] for i in self.cols.col(field)[idx].tolist()]
 
-    def ext(c: int) -> str:
-        return f'"External id": {c}, ' if c else ""
-
-    ops = _kind_mask(kind, (EventKind.CPU_OP, EventKind.USER_ANNOTATION))
-
-    # -- ops and annotations with torch's fragment: External id, then the fragment as is
-    idx = np.flatnonzero(ops & has_fragment)
-    if len(idx):
-        out[idx] = [
-            f', "args": {{"External id": {c}, {frag_table[a]}}}' if c else f', "args": {{{frag_table[a]}}}'
-            for c, a in zip(corr[idx].tolist(), frag_col[idx].tolist())
+    def _op_fragment(self, idx: np.ndarray) -> list[str]:
+        # External id, then the fragment as is.
+        fragments = self.fragments
+        return [
+            f', "args": {{"External id": {c}, {fragments[a]}}}' if c else f', "args": {{{fragments[a]}}}'
+            for c, a in zip(self.cols.col("correlation_id")[idx].tolist(), self.fragment_col[idx].tolist())
         ]
 
-    # -- ops and annotations without one: Kineto's standard args from the columns
-    idx = np.flatnonzero(ops & ~has_fragment)
-    if len(idx):
-        seq = cols.col("sequence_nr")[idx].tolist()
-        fwd = cols.col("fwd_thread")[idx].tolist()
-        dims = optional(shapes_json, "shapes", "Input Dims", idx)
-        stacks = optional(stack_json, "stack", "Call stack", idx)
-        out[idx] = [
-            f', "args": {{{ext(c)}"Record function id": 0'
+    def _op_standard(self, idx: np.ndarray) -> list[str]:
+        # Kineto's standard args from the columns.
+        cols = self.cols
+        dims = self._optional(self.shapes_args, "shapes", idx)
+        stacks = self._optional(self.stack_args, "stack", idx)
+        return [
+            (f', "args": {{"External id": {c}, "Record function id": 0' if c else _OP_ARGS_HEAD)
             + (f', "Sequence number": {q}, "Fwd thread id": {f}' if q >= 0 else "")
             + f'{d}{st}, "Ev Idx": {e}}}'
-            for c, q, f, d, st, e in zip(corr[idx].tolist(), seq, fwd, dims, stacks, ev_idx[idx].tolist())
-        ]
-
-    # -- memory and out-of-memory instants without a fragment
-    for mem_kind in (EventKind.MEMORY, EventKind.OUT_OF_MEMORY):
-        idx = np.flatnonzero((kind == int(mem_kind)) & ~has_fragment)
-        if not len(idx):
-            continue
-        fields = [
-            cols.col(name)[idx].tolist()
-            for name in ("total_reserved", "total_allocated", "nbytes", "device_index", "device_type", "addr")
-        ]
-        if mem_kind == EventKind.MEMORY:
-            out[idx] = [
-                f', "args": {{"Total Reserved": {r}, "Total Allocated": {a}, "Bytes": {b}, "Device Id": {d}, '
-                f'"Device Type": {t}, "Addr": {ad}, "finished": false, "Ev Idx": {e}}}'
-                for r, a, b, d, t, ad, e in zip(*fields, ev_idx[idx].tolist())
-            ]
-        else:
-            out[idx] = [
-                f', "args": {{"Device Type": {t}, "Device Id": {d}, "Bytes": {b}, "Total Allocated": {a}, '
-                f'"Total Reserved": {r}, "Ev Idx": {e}}}'
-                for r, a, b, d, t, _, e in zip(*fields, ev_idx[idx].tolist())
-            ]
-
-    # -- Python functions without a fragment
-    idx = np.flatnonzero((kind == int(EventKind.PYTHON_FUNCTION)) & ~has_fragment)
-    if len(idx):
-        py_id = cols.col("python_id")[idx].tolist()
-        parent = cols.col("python_parent_id")[idx].tolist()
-        thread = cols.col("thread")[idx].tolist()
-        stacks = optional(stack_json, "stack", "Call stack", idx)
-        out[idx] = [
-            f', "args": {{"Python thread": {t}, "Python parent id": {"null" if p < 0 else p}, '
-            f'"Python id": {i}{st}, "Ev Idx": {e}}}'
-            for t, p, i, st, e in zip(thread, parent, py_id, stacks, ev_idx[idx].tolist())
-        ]
-
-    # -- memory, Python and overhead events with a fragment: the fragment as is
-    idx = np.flatnonzero(
-        _kind_mask(
-            kind, (EventKind.MEMORY, EventKind.OUT_OF_MEMORY, EventKind.PYTHON_FUNCTION, EventKind.OVERHEAD)
-        )
-        & has_fragment
-    )
-    if len(idx):
-        out[idx] = [f', "args": {{{frag_table[a]}}}' for a in frag_col[idx].tolist()]
-
-    def extra(a: int) -> str:
-        fragment = frag_table[a]
-        return f", {fragment}" if fragment is not None else ""
-
-    # -- device activity: External id of the launching op, device, stream, correlation
-    idx = np.flatnonzero(_kind_mask(kind, DEVICE_KINDS))
-    if len(idx):
-        stream = _device_tid(cols)[idx].tolist()
-        device = cols.col("device_index")[idx].tolist()
-        out[idx] = [
-            f', "args": {{{ext(lc)}"device": {d}, "stream": {st}, "correlation": {c}{extra(a)}}}'
-            for lc, d, st, c, a in zip(
-                linked[idx].tolist(), device, stream, corr[idx].tolist(), frag_col[idx].tolist()
+            for c, q, f, d, st, e in zip(
+                cols.col("correlation_id")[idx].tolist(),
+                cols.col("sequence_nr")[idx].tolist(),
+                cols.col("fwd_thread")[idx].tolist(),
+                dims,
+                stacks,
+                self.ev_idx[idx].tolist(),
             )
         ]
 
-    # -- runtime and driver calls on the host: External id of the launching op, correlation
-    idx = np.flatnonzero(_kind_mask(kind, (EventKind.RUNTIME, EventKind.DRIVER)))
-    if len(idx):
-        out[idx] = [
-            f', "args": {{{ext(lc)}"correlation": {c}{extra(a)}}}'
-            for lc, c, a in zip(linked[idx].tolist(), corr[idx].tolist(), frag_col[idx].tolist())
+    def _memory_fields(self, idx: np.ndarray) -> list[list[int]]:
+        names = ("total_reserved", "total_allocated", "nbytes", "device_index", "device_type", "addr")
+        return [self.cols.col(name)[idx].tolist() for name in names] + [self.ev_idx[idx].tolist()]
+
+    def _memory(self, idx: np.ndarray) -> list[str]:
+        return [
+            f', "args": {{"Total Reserved": {r}, "Total Allocated": {a}, "Bytes": {b}, "Device Id": {d}, '
+            f'"Device Type": {t}, "Addr": {ad}, "finished": false, "Ev Idx": {e}}}'
+            for r, a, b, d, t, ad, e in zip(*self._memory_fields(idx))
         ]
-    return out.tolist()
+
+    def _out_of_memory(self, idx: np.ndarray) -> list[str]:
+        return [
+            f', "args": {{"Device Type": {t}, "Device Id": {d}, "Bytes": {b}, "Total Allocated": {a}, '
+            f'"Total Reserved": {r}, "Ev Idx": {e}}}'
+            for r, a, b, d, t, _, e in zip(*self._memory_fields(idx))
+        ]
+
+    def _python(self, idx: np.ndarray) -> list[str]:
+        cols = self.cols
+        stacks = self._optional(self.stack_args, "stack", idx)
+        return [
+            f', "args": {{"Python thread": {t}, "Python parent id": {"null" if p < 0 else p}, '
+            f'"Python id": {i}{st}, "Ev Idx": {e}}}'
+            for t, p, i, st, e in zip(
+                cols.col("thread")[idx].tolist(),
+                cols.col("python_parent_id")[idx].tolist(),
+                cols.col("python_id")[idx].tolist(),
+                stacks,
+                self.ev_idx[idx].tolist(),
+            )
+        ]
+
+    def _fragment_only(self, idx: np.ndarray) -> list[str]:
+        fragments = self.fragments
+        return [f', "args": {{{fragments[a]}}}' for a in self.fragment_col[idx].tolist()]
+
+    def _device(self, idx: np.ndarray) -> list[str]:
+        # External id of the launching op, device, stream, correlation, then any fragment.
+        assert self.device_stream is not None
+        cols, extra = self.cols, self.extra_fragments
+        return [
+            (f', "args": {{"External id": {lc}, "device": ' if lc else _DEVICE_ARGS_HEAD)
+            + f'{d}, "stream": {st}, "correlation": {c}{extra[a]}}}'
+            for lc, d, st, c, a in zip(
+                cols.col("linked_correlation_id")[idx].tolist(),
+                cols.col("device_index")[idx].tolist(),
+                self.device_stream[idx].tolist(),
+                cols.col("correlation_id")[idx].tolist(),
+                self.fragment_col[idx].tolist(),
+            )
+        ]
+
+    def _host_call(self, idx: np.ndarray) -> list[str]:
+        # External id of the launching op, correlation, then any fragment.
+        cols, extra = self.cols, self.extra_fragments
+        return [
+            (f', "args": {{"External id": {lc}, "correlation": ' if lc else _HOST_CALL_ARGS_HEAD)
+            + f'{c}{extra[a]}}}'
+            for lc, c, a in zip(
+                cols.col("linked_correlation_id")[idx].tolist(),
+                cols.col("correlation_id")[idx].tolist(),
+                self.fragment_col[idx].tolist(),
+            )
+        ]
 
 
 def _device_tid(cols: _Columns) -> np.ndarray:
@@ -582,12 +653,6 @@ def _ac2g_flows(cols: _Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         flow_type[mask] = FLOW_AC2G
         flow_start[mask] = is_start
     return flow_id, flow_type, flow_start
-
-
-def _name_json(cols: _Columns) -> list[str]:
-    table = [json_string(str(name)) for name in cols.batch.table("name")]
-    table.append('""')
-    return [table[i] for i in cols.col("name").tolist()]
 
 
 # ------------------------------------------------------------------ writer
@@ -654,87 +719,135 @@ def _lane_metadata(cols: _Columns, pid: np.ndarray, tid: np.ndarray, trace: Trac
     return lines
 
 
-def _event_lines(cols: _Columns, base_ns: int, pid: np.ndarray, tid: np.ndarray) -> list[str]:
-    """The text of every event, in batch order; a flow event follows its slice."""
-    n = cols.n
-    if n == 0:
-        return []
-    category_table, category_index = _categories(cols)
-    names = _name_json(cols)
-    args = _build_args(cols)
+class _EventText:
+    """The text of events, one chunk at a time; a flow event follows its slice.
 
-    start = cols.col("start_ns").astype(np.int64) - base_ns
-    dur = cols.col("dur_ns").astype(np.int64)
-    # Kineto moves GPU user annotations 1 ns earlier and 2 ns longer so they
-    # enclose the kernels they start with in Chrome's nesting.
-    gpu_annotation = cols.kind == int(EventKind.GPU_USER_ANNOTATION)
-    if gpu_annotation.any():
-        start = np.where(gpu_annotation, start - 1, start)
-        dur = np.where(gpu_annotation, dur + 2, dur)
-    start = np.maximum(start, 0)
-    dur = np.maximum(dur, 0)
-    ts_us, ts_ns = np.divmod(start, 1000)
-    dur_us, dur_ns = np.divmod(dur, 1000)
+    The constructor does the whole-trace numpy work (categories, args inputs,
+    flows); ``chunk`` builds the per-event strings of one range only.
+    """
 
-    instant = _kind_mask(cols.kind, (EventKind.MEMORY, EventKind.OUT_OF_MEMORY))
-    lines_arr = np.empty(n, dtype=object)
-    ms = _THREE_DIGITS
-    x_prefixes = [f'  {{"ph": "X", "cat": {json_string(cat)}, "name": ' for cat in category_table]
-    idx = np.flatnonzero(~instant)
-    if len(idx):
-        lines_arr[idx] = [
-            f'{x_prefixes[c]}{names[i]}, "pid": {p}, "tid": {t}, '
-            f'"ts": {tu}.{ms[tn]}, "dur": {du}.{ms[dn]}{args[i]}}}'
-            for i, c, p, t, tu, tn, du, dn in zip(
-                idx.tolist(),
-                category_index[idx].tolist(),
-                pid[idx].tolist(),
-                tid[idx].tolist(),
-                ts_us[idx].tolist(),
-                ts_ns[idx].tolist(),
-                dur_us[idx].tolist(),
-                dur_ns[idx].tolist(),
-            )
+    def __init__(self, cols: _Columns, base_ns: int, pid: np.ndarray, tid: np.ndarray) -> None:
+        self.cols = cols
+        self.base_ns = base_ns
+        self.pid = pid
+        self.tid = tid
+        category_table, self.category_index = _categories(cols)
+        self.x_prefixes = [f'  {{"ph": "X", "cat": {json_string(cat)}, "name": ' for cat in category_table]
+        self.i_prefixes = [
+            f'  {{"ph": "i", "cat": {json_string(cat)}, "s": "t", "name": ' for cat in category_table
         ]
-    i_prefixes = [f'  {{"ph": "i", "cat": {json_string(cat)}, "s": "t", "name": ' for cat in category_table]
-    idx = np.flatnonzero(instant)
-    if len(idx):
-        lines_arr[idx] = [
-            f'{i_prefixes[c]}{names[i]}, "pid": {p}, "tid": {t}, "ts": {tu}.{ms[tn]}{args[i]}}}'
-            for i, c, p, t, tu, tn in zip(
-                idx.tolist(),
-                category_index[idx].tolist(),
-                pid[idx].tolist(),
-                tid[idx].tolist(),
-                ts_us[idx].tolist(),
-                ts_ns[idx].tolist(),
-            )
-        ]
-    lines: list[str] = lines_arr.tolist()
+        self.names = [json_string(str(name)) for name in cols.batch.table("name")]
+        self.names.append('""')  # index -1 reads the last slot
+        self.args = _ArgsText(cols)
+        self.instant = _kind_mask(cols.kind, (EventKind.MEMORY, EventKind.OUT_OF_MEMORY))
+        # Kineto moves GPU user annotations 1 ns earlier and 2 ns longer so they
+        # enclose the kernels they start with in Chrome's nesting.
+        gpu_annotation = cols.kind == int(EventKind.GPU_USER_ANNOTATION)
+        self.gpu_annotation = gpu_annotation if gpu_annotation.any() else None
 
-    flow_id, flow_type, flow_start = _ac2g_flows(cols)
-    flows = np.flatnonzero((flow_id > 0) & np.isin(flow_type, list(FLOW_NAMES)))
-    unknown_flows = int(((flow_id > 0) & ~np.isin(flow_type, list(FLOW_NAMES))).sum())
-    if unknown_flows:
-        log.warning("chrome_trace_unknown_flow_type", events=unknown_flows)
-    # "s" binds to the enclosing slice; "f" with "bp": "e" to the enclosing one too.
-    for i, fid, ftype, starts, p, t, tu, tn in zip(
-        flows.tolist(),
-        flow_id[flows].tolist(),
-        flow_type[flows].tolist(),
-        flow_start[flows].tolist(),
-        pid[flows].tolist(),
-        tid[flows].tolist(),
-        ts_us[flows].tolist(),
-        ts_ns[flows].tolist(),
-    ):
-        flow = FLOW_NAMES[ftype]
-        phase, binding = ("s", "") if starts else ("f", ', "bp": "e"')
-        lines[i] = (
-            f'{lines[i]},\n  {{"ph": "{phase}", "id": {fid}, "pid": {p}, "tid": {t}, "ts": {tu}.{ms[tn]}, '
-            f'"cat": "{flow}", "name": "{flow}"{binding}}}'
-        )
-    return lines
+        flow_id, flow_type, flow_start = _ac2g_flows(cols)
+        known = np.isin(flow_type, list(FLOW_NAMES))
+        unknown_flows = int(((flow_id > 0) & ~known).sum())
+        if unknown_flows:
+            log.warning("chrome_trace_unknown_flow_type", events=unknown_flows)
+        self.flows = np.flatnonzero((flow_id > 0) & known)  # sorted: a chunk's flows are one slice
+        self.flow_id = flow_id[self.flows]
+        self.flow_type = flow_type[self.flows]
+        self.flow_start = flow_start[self.flows]
+
+    def chunk(self, lo: int, hi: int) -> str:
+        """Events ``lo`` to ``hi - 1``: their lines joined by ``",\n"``, with a trailing one."""
+        cols = self.cols
+        args = self.args.chunk(lo, hi)
+        start = cols.col("start_ns")[lo:hi].astype(np.int64) - self.base_ns
+        dur = cols.col("dur_ns")[lo:hi].astype(np.int64)
+        if self.gpu_annotation is not None:
+            annotation = self.gpu_annotation[lo:hi]
+            start = np.where(annotation, start - 1, start)
+            dur = np.where(annotation, dur + 2, dur)
+        start = np.maximum(start, 0)
+        dur = np.maximum(dur, 0)
+        ts_us, ts_ns = np.divmod(start, 1000)
+        dur_us, dur_ns = np.divmod(dur, 1000)
+        category = self.category_index[lo:hi]
+        name = cols.col("name")[lo:hi]
+        pid = self.pid[lo:hi]
+        tid = self.tid[lo:hi]
+        instant = self.instant[lo:hi]
+        names, ms = self.names, _THREE_DIGITS
+
+        lines_arr = np.empty(hi - lo, dtype=object)
+        idx = np.flatnonzero(~instant)
+        if len(idx):
+            prefixes = self.x_prefixes
+            lines_arr[idx] = [
+                f'{prefixes[c]}{names[nm]}, "pid": {p}, "tid": {t}, '
+                f'"ts": {tu}.{ms[tn]}, "dur": {du}.{ms[dn]}{args[i]}}}'
+                for i, c, nm, p, t, tu, tn, du, dn in zip(
+                    idx.tolist(),
+                    category[idx].tolist(),
+                    name[idx].tolist(),
+                    pid[idx].tolist(),
+                    tid[idx].tolist(),
+                    ts_us[idx].tolist(),
+                    ts_ns[idx].tolist(),
+                    dur_us[idx].tolist(),
+                    dur_ns[idx].tolist(),
+                )
+            ]
+        idx = np.flatnonzero(instant)
+        if len(idx):
+            prefixes = self.i_prefixes
+            lines_arr[idx] = [
+                f'{prefixes[c]}{names[nm]}, "pid": {p}, "tid": {t}, "ts": {tu}.{ms[tn]}{args[i]}}}'
+                for i, c, nm, p, t, tu, tn in zip(
+                    idx.tolist(),
+                    category[idx].tolist(),
+                    name[idx].tolist(),
+                    pid[idx].tolist(),
+                    tid[idx].tolist(),
+                    ts_us[idx].tolist(),
+                    ts_ns[idx].tolist(),
+                )
+            ]
+        del args
+        lines: list[str] = lines_arr.tolist()
+        del lines_arr
+
+        first, last = np.searchsorted(self.flows, (lo, hi)).tolist()
+        idx = self.flows[first:last] - lo
+        # "s" binds to the enclosing slice; "f" with "bp": "e" to the enclosing one too.
+        for i, fid, ftype, starts, p, t, tu, tn in zip(
+            idx.tolist(),
+            self.flow_id[first:last].tolist(),
+            self.flow_type[first:last].tolist(),
+            self.flow_start[first:last].tolist(),
+            pid[idx].tolist(),
+            tid[idx].tolist(),
+            ts_us[idx].tolist(),
+            ts_ns[idx].tolist(),
+        ):
+            flow = FLOW_NAMES[ftype]
+            phase, binding = ("s", "") if starts else ("f", ', "bp": "e"')
+            lines[i] = (
+                f'{lines[i]},\n  {{"ph": "{phase}", "id": {fid}, "pid": {p}, "tid": {t}, "ts": {tu}.{ms[tn]}, '
+                f'"cat": "{flow}", "name": "{flow}"{binding}}}'
+            )
+        return ",\n".join(lines) + ",\n"
+
+
+def _event_lines(cols: _Columns, base_ns: int, pid: np.ndarray, tid: np.ndarray) -> Iterator[str]:
+    """The text of every event, in batch order, ``CHUNK_EVENTS`` events per chunk.
+
+    Each chunk is its events' lines joined by ``",\n"``, with a trailing one.
+    Per-event strings exist for one chunk at a time, so the extra memory of an
+    export is bounded by the chunk size, not by the trace.
+    """
+    if cols.n == 0:
+        return
+    text = _EventText(cols, base_ns, pid, tid)
+    for lo in range(0, cols.n, CHUNK_EVENTS):
+        yield text.chunk(lo, min(lo + CHUNK_EVENTS, cols.n))
 
 
 def _trace_base_ns(trace: Trace) -> int:
@@ -775,10 +888,7 @@ def render_chrome_trace(trace: Trace, trace_name: str) -> Iterator[str]:
     metadata = _lane_metadata(cols, pid, tid, trace, span_ts)
     if metadata:
         yield ",\n".join(metadata) + ",\n"
-    lines = _event_lines(cols, base_ns, pid, tid)
-    for first in range(0, len(lines), CHUNK_EVENTS):
-        yield ",\n".join(lines[first : first + CHUNK_EVENTS]) + ",\n"
-    del lines
+    yield from _event_lines(cols, base_ns, pid, tid)
     chunk: list[str] = []
     chunk.append(
         f'  {{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", '

@@ -18,6 +18,8 @@ way they read torch's:
 Speed: the text is built with f-strings over column lists, one string per
 event, and names, shapes and stacks are JSON-encoded once per unique value
 (the columns are interned), never one dict per event through ``json.dumps``.
+Memory: whole-trace work stays in numpy arrays; the per-event strings are
+built and written ``CHUNK_EVENTS`` events at a time.
 
 Unlike Kineto this writer escapes names properly (Kineto writes a ``"`` in a
 ``record_function`` name as is, which makes its file unreadable) and keeps
@@ -143,7 +145,8 @@ FLOW_AC2G = 2
 #: "000" ... "999": a list lookup is faster than a format spec per timestamp.
 _THREE_DIGITS = [f"{i:03d}" for i in range(1000)]
 
-#: Events per chunk of text handed to the file at once (bounds peak memory).
+#: Events rendered and handed to the file at once. Per-event strings exist for
+#: one chunk at a time, so this, not the trace, bounds an export's extra memory.
 CHUNK_EVENTS = 20_000
 
 VALID_OPTIONS = ("gzip_level",)
@@ -475,7 +478,12 @@ class _ArgsText:
         form[(kind == int(EventKind.MEMORY)) & ~has_fragment] = _ArgsForm.MEMORY
         form[(kind == int(EventKind.OUT_OF_MEMORY)) & ~has_fragment] = _ArgsForm.OUT_OF_MEMORY
         form[(kind == int(EventKind.PYTHON_FUNCTION)) & ~has_fragment] = _ArgsForm.PYTHON
-        fragment_only = (EventKind.MEMORY, EventKind.OUT_OF_MEMORY, EventKind.PYTHON_FUNCTION, EventKind.OVERHEAD)
+        fragment_only = (
+            EventKind.MEMORY,
+            EventKind.OUT_OF_MEMORY,
+            EventKind.PYTHON_FUNCTION,
+            EventKind.OVERHEAD,
+        )
         form[_kind_mask(kind, fragment_only) & has_fragment] = _ArgsForm.FRAGMENT_ONLY
         form[_kind_mask(kind, DEVICE_KINDS)] = _ArgsForm.DEVICE
         form[_kind_mask(kind, (EventKind.RUNTIME, EventKind.DRIVER))] = _ArgsForm.HOST_CALL
@@ -595,7 +603,7 @@ class _ArgsText:
         cols, extra = self.cols, self.extra_fragments
         return [
             (f', "args": {{"External id": {lc}, "correlation": ' if lc else _HOST_CALL_ARGS_HEAD)
-            + f'{c}{extra[a]}}}'
+            + f"{c}{extra[a]}}}"
             for lc, c, a in zip(
                 cols.col("linked_correlation_id")[idx].tolist(),
                 cols.col("correlation_id")[idx].tolist(),
@@ -756,7 +764,7 @@ class _EventText:
         self.flow_start = flow_start[self.flows]
 
     def chunk(self, lo: int, hi: int) -> str:
-        """Events ``lo`` to ``hi - 1``: their lines joined by ``",\n"``, with a trailing one."""
+        """Events ``lo`` to ``hi - 1``: their lines, each followed by a comma and a newline."""
         cols = self.cols
         args = self.args.chunk(lo, hi)
         start = cols.col("start_ns")[lo:hi].astype(np.int64) - self.base_ns
@@ -839,7 +847,7 @@ class _EventText:
 def _event_lines(cols: _Columns, base_ns: int, pid: np.ndarray, tid: np.ndarray) -> Iterator[str]:
     """The text of every event, in batch order, ``CHUNK_EVENTS`` events per chunk.
 
-    Each chunk is its events' lines joined by ``",\n"``, with a trailing one.
+    Each chunk is its events' lines, each followed by a comma and a newline.
     Per-event strings exist for one chunk at a time, so the extra memory of an
     export is bounded by the chunk size, not by the trace.
     """

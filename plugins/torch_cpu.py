@@ -69,7 +69,15 @@ def torch_unavailable_reason() -> str | None:
 
 
 def _column(events: list[Any], accessor: str, dtype: str) -> np.ndarray:
-    return np.fromiter(map(methodcaller(accessor), events), dtype=dtype, count=len(events))
+    try:
+        return np.fromiter(map(methodcaller(accessor), events), dtype=dtype, count=len(events))
+    except OverflowError:
+        if dtype != "int64":
+            raise
+        # Some ids come back as unsigned 64-bit values (e.g. an unset thread id,
+        # 2**64 - 1); keep their bits, so they read as negative int64.
+        values = np.fromiter(map(methodcaller(accessor), events), dtype="uint64", count=len(events))
+        return values.view(np.int64)
 
 
 def _shapes_key(shapes: list) -> tuple:

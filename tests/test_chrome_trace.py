@@ -1038,6 +1038,149 @@ def test_round_trip_keeps_every_column(rows: list[dict[str, Any]], gz: bool) -> 
             )
 
 
+# ------------------------------------------------------- chunked rendering
+
+
+def every_args_form_rows() -> list[dict[str, Any]]:
+    """Events of every args template, interleaved so that small chunks mix them, with flows across chunks."""
+    cuda = int(DeviceType.CUDA)
+    host = {"pid": PID, "tid": TID}
+    device = {"device_type": cuda, "device_index": 0, "stream": 7}
+    kinds_and_extras: list[tuple[EventKind, dict[str, Any]]] = [
+        (EventKind.CPU_OP, {"correlation_id": 1, "args": '"Call stack": "a.py(1): f;", "Ev Idx": 0'}),
+        (EventKind.MEMORY, {"nbytes": 64, "total_allocated": 64, "addr": 7, "device_index": -1}),
+        (
+            EventKind.CPU_OP,
+            {"correlation_id": 2, "sequence_nr": 3, "shapes": ((2, 2),), "stack": ("a.py(2): g",)},
+        ),
+        (EventKind.USER_ANNOTATION, {"correlation_id": 0}),
+        (
+            EventKind.PYTHON_FUNCTION,
+            {"python_id": 1, "python_parent_id": -1, "stack": ("a.py(1): <module>",)},
+        ),
+        (EventKind.RUNTIME, {"correlation_id": 42, "linked_correlation_id": 2, "args": '"cbid": 211'}),
+        (EventKind.OUT_OF_MEMORY, {"nbytes": 1 << 40, "device_index": 0, "device_type": cuda}),
+        (
+            EventKind.KERNEL,
+            {**device, "correlation_id": 42, "linked_correlation_id": 2, "args": '"grid": [1]'},
+        ),
+        (EventKind.OVERHEAD, {}),
+        (EventKind.GPU_MEMCPY, {**device, "correlation_id": 43}),
+        (EventKind.MEMORY, {"nbytes": -64, "args": '"Bytes": -64'}),
+        (EventKind.PYTHON_FUNCTION, {"args": '"Python id": 9'}),
+        (EventKind.DRIVER, {"correlation_id": 44, "device_type": cuda}),
+        (EventKind.OVERHEAD, {"args": '"note": "x"'}),
+        (EventKind.GPU_USER_ANNOTATION, {**device, "stream": 8, "correlation_id": 1}),
+        (EventKind.SYNC, {**device, "correlation_id": 45}),
+        (EventKind.CPU_OP, {"correlation_id": 5, "flow_id": 9, "flow_type": 1, "flow_start": True}),
+        (EventKind.CPU_OP, {"correlation_id": 6, "sequence_nr": 4, "fwd_thread": TID}),
+        (EventKind.CPU_OP, {"correlation_id": 7, "flow_id": 9, "flow_type": 1, "flow_start": False}),
+    ]
+    rows = []
+    for i, (kind, extra) in enumerate(kinds_and_extras):
+        on_host = kind not in DEVICE_KINDS
+        instant = kind in INSTANT_KINDS
+        row = {"kind": kind, "name": f"{kind.name.lower()}_{i}", "start_ns": T0 + i * 1_000}
+        row.update({"dur_ns": 0 if instant else 500, **(host if on_host else {}), **extra})
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("chunk_events", [1, 2, 3, 5, 8])
+def test_chunked_rendering_matches_one_chunk_for_every_event_form(
+    monkeypatch: pytest.MonkeyPatch, chunk_events: int
+) -> None:
+    rows = every_args_form_rows()
+    trace = make_trace(batch_from_rows(rows))
+    whole = list(render_chrome_trace(trace, "x.json"))
+    assert chrome_trace.CHUNK_EVENTS >= len(rows)
+    monkeypatch.setattr(chrome_trace, "CHUNK_EVENTS", chunk_events)
+    chunks = list(render_chrome_trace(trace, "x.json"))
+    assert "".join(chunks) == "".join(whole)
+    event_chunks = -(-len(rows) // chunk_events)
+    assert len(chunks) == len(whole) - 1 + event_chunks, "one text chunk per CHUNK_EVENTS events"
+    # The fixture must reach every template, instants and flows, or the comparison proves little.
+    doc = json.loads("".join(chunks))
+    check_viewer_structure(doc, "".join(chunks))
+    recorded = [e for e in doc["traceEvents"] if e.get("cat") not in (None, "Trace")]
+    assert {e["cat"] for e in recorded} >= {
+        "cpu_op",
+        "user_annotation",
+        "python_function",
+        "cpu_instant_event",
+        "cuda_runtime",
+        "cuda_driver",
+        "kernel",
+        "gpu_memcpy",
+        "gpu_user_annotation",
+        "cuda_sync",
+        "overhead",
+    }
+    assert Counter((e["ph"], e["cat"]) for e in events_of(doc, ("s", "f"))) == {
+        ("s", "fwdbwd"): 1,
+        ("f", "fwdbwd"): 1,
+        ("s", "ac2g"): 1,
+        ("f", "ac2g"): 1,
+    }
+    args = {e["name"]: e.get("args") for e in recorded}
+    assert args["cpu_op_0"] == {"External id": 1, "Call stack": "a.py(1): f;", "Ev Idx": 0}
+    assert args["memory_10"] == {"Bytes": -64}
+    assert args["overhead_8"] is None and args["overhead_13"] == {"note": "x"}
+    assert args["kernel_7"] == {"External id": 2, "device": 0, "stream": 7, "correlation": 42, "grid": [1]}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=event_rows(), chunk_events=st.integers(1, 6))
+def test_chunked_rendering_matches_one_chunk(rows: list[dict[str, Any]], chunk_events: int) -> None:
+    trace = make_trace(batch_from_rows(rows))
+    whole = "".join(render_chrome_trace(trace, "x.json"))
+    default = chrome_trace.CHUNK_EVENTS
+    chrome_trace.CHUNK_EVENTS = chunk_events  # not monkeypatch: hypothesis reruns the body
+    try:
+        chunked = "".join(render_chrome_trace(trace, "x.json"))
+    finally:
+        chrome_trace.CHUNK_EVENTS = default
+    assert chunked == whole
+
+
+def _render_peak_bytes(trace: Trace, chunk_events: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Peak traced memory while rendering ``trace`` and dropping each chunk (as a file write does)."""
+    import tracemalloc
+
+    monkeypatch.setattr(chrome_trace, "CHUNK_EVENTS", chunk_events)
+    tracemalloc.start()
+    try:
+        for _ in render_chrome_trace(trace, "x.json"):
+            pass
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_render_memory_is_bounded_by_the_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per-event strings exist one chunk at a time: a smaller chunk gives a much smaller peak."""
+    n = 20_000
+    index = np.arange(n, dtype=np.int64)
+    batch = EventBatch.build(
+        "test",
+        {
+            "kind": np.zeros(n, dtype=np.int8),
+            "name": index % 50,
+            "start_ns": T0 + index * 1_000,
+            "dur_ns": np.full(n, 500, dtype=np.int64),
+            "pid": np.full(n, PID, dtype=np.int64),
+            "tid": np.full(n, TID, dtype=np.int64),
+            "correlation_id": index + 1,
+        },
+        {"name": tuple(f"aten::op_{i}" for i in range(50))},
+    )
+    trace = make_trace(batch)
+    one_chunk = _render_peak_bytes(trace, n, monkeypatch)
+    small_chunks = _render_peak_bytes(trace, n // 20, monkeypatch)
+    # Whole-trace numpy columns stay (~100 bytes an event); the strings (~700 bytes an event) do not.
+    assert small_chunks < 0.5 * one_chunk, (small_chunks, one_chunk)
+
+
 # ------------------------------------------------- differential vs torch
 
 VARIANTS: dict[str, dict[str, Any]] = {

@@ -1,0 +1,134 @@
+"""The CPU tracer's decoder on torch's raw result, including torch's rough edges."""
+
+from __future__ import annotations
+
+import pytest
+
+from polyprof.activity import ProfilerActivity
+from polyprof.config import ProfileConfig
+from polyprof.events import EventKind
+from polyprof.plugins.torch_cpu import decode_result
+
+
+class FakeKinetoEvent:
+    """Answers the accessors the decoder reads, like torch's ``_KinetoEvent``."""
+
+    def __init__(self, name, start, dur, *, thread=1, kind="cpu_op", hidden=False, bad_name=False, corr=1):
+        self._name, self._start, self._dur = name, start, dur
+        self._thread, self._kind, self._hidden, self._bad, self._corr = thread, kind, hidden, bad_name, corr
+
+    def name(self):
+        if self._bad:
+            raise UnicodeDecodeError("utf-8", b"\x8f", 0, 1, "invalid start byte")
+        return self._name
+
+    def start_ns(self):
+        return self._start
+
+    def end_ns(self):
+        return self._start + self._dur
+
+    def start_thread_id(self):
+        return self._thread
+
+    def end_thread_id(self):
+        return self._thread
+
+    def activity_type(self):
+        return self._kind
+
+    def is_async(self):
+        return False
+
+    def is_hidden_event(self):
+        return self._hidden
+
+    def device_resource_id(self):
+        return 4242
+
+    def correlation_id(self):
+        return self._corr
+
+    def flow_id(self):
+        return 0
+
+    def flow_type(self):
+        return 0
+
+    def flow_start(self):
+        return False
+
+    def sequence_nr(self):
+        return -1
+
+    def fwd_thread_id(self):
+        return 0
+
+    def scope(self):
+        return 0
+
+
+class FakeResult:
+    def __init__(self, events):
+        self._events = events
+
+    def events(self):
+        return list(self._events)
+
+    def trace_start_ns(self):
+        return 1_000
+
+    def trace_activities(self):
+        return []
+
+
+CONFIG = ProfileConfig(activities={ProfilerActivity.CPU})
+
+
+def test_basic_columns_and_deferred_columns() -> None:
+    result = FakeResult(
+        [
+            FakeKinetoEvent("outer", 1_000, 500, kind="user_annotation", corr=1),
+            FakeKinetoEvent("aten::add", 1_100, 100, corr=2),
+        ]
+    )
+    batch, facts = decode_result(result, CONFIG, pid=7)
+    assert facts == {"start_ns": 1_000}
+    assert batch.values("name") == ["outer", "aten::add"]
+    assert batch["kind"].tolist() == [EventKind.USER_ANNOTATION, EventKind.CPU_OP]
+    assert batch["dur_ns"].tolist() == [500, 100]
+    assert "correlation_id" not in batch.columns  # deferred until a trace needs it
+    assert batch["correlation_id"].tolist() == [1, 2]
+    assert batch["tid"].tolist() == [4242, 4242]
+
+
+def test_unsigned_thread_ids_keep_their_bits() -> None:
+    result = FakeResult([FakeKinetoEvent("aten::add", 1_000, 10, thread=2**64 - 1)])
+    batch, _ = decode_result(result, CONFIG, pid=7)
+    assert batch["thread"].tolist() == [-1]
+
+
+def test_hidden_events_are_skipped_as_torch_does() -> None:
+    result = FakeResult(
+        [FakeKinetoEvent("aten::add", 1_000, 10), FakeKinetoEvent("hidden", 1_005, 1, hidden=True, corr=9)]
+    )
+    batch, _ = decode_result(result, CONFIG, pid=7)
+    assert batch.values("name") == ["aten::add"]
+    assert batch["correlation_id"].tolist() == [1]
+
+
+def test_undecodable_names_are_marked_not_fatal() -> None:
+    result = FakeResult([FakeKinetoEvent("x", 1_000, 10, bad_name=True), FakeKinetoEvent("aten::mul", 1_020, 5)])
+    batch, _ = decode_result(result, CONFIG, pid=7)
+    assert batch.values("name") == ["<undecodable name>", "aten::mul"]
+
+
+def test_real_torch_result_round_trip() -> None:
+    torch = pytest.importorskip("torch")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.ones(3).add(1)
+    result = prof.profiler.kineto_results
+    batch, facts = decode_result(result, CONFIG)
+    assert facts["start_ns"] == result.trace_start_ns()
+    names = batch.values("name")
+    assert "aten::add" in names and len(names) == len(result.events())

@@ -96,9 +96,10 @@ def main(argv: list[str] | None = None) -> int:
 
     results: dict = {}
     for workload, n in (("tiny", args.ops), ("convnet", args.steps)):
-        for which in ("torch", "polyprof"):
-            runs = [run_child(which, workload, n) for _ in range(args.reps)]
-            results[(workload, which)] = runs
+        # Interleave the two profilers so background load affects both alike.
+        for _ in range(args.reps):
+            for which in ("torch", "polyprof"):
+                results.setdefault((workload, which), []).append(run_child(which, workload, n))
 
     print(f"{'workload':10} {'metric':28} {'torch':>12} {'polyprof':>12} {'torch/polyprof':>15}")
     for workload in ("tiny", "convnet"):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 import warnings
 import weakref
@@ -66,13 +67,26 @@ Kernel = namedtuple("Kernel", ["name", "device", "duration"])
 
 
 
-@functools.lru_cache(maxsize=1)
 def _device_type_members() -> dict[int, Any]:
-    """int -> torch's ``DeviceType`` member when torch is importable, else polyprof's."""
+    """int -> torch's ``DeviceType`` member when the program uses torch, else polyprof's.
+
+    torch is never imported here just for an enum: reading a saved trace must
+    not pay torch's import (seconds).
+    """
+    if "torch" not in sys.modules:
+        return _POLYPROF_DEVICE_TYPES
+    return _torch_device_types()
+
+
+_POLYPROF_DEVICE_TYPES = {int(m): m for m in DeviceType}
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_device_types() -> dict[int, Any]:
     try:
         from torch.autograd import DeviceType as TorchDeviceType
     except ImportError:
-        return {int(m): m for m in DeviceType}
+        return _POLYPROF_DEVICE_TYPES
     return {int(m): m for m in TorchDeviceType.__members__.values()}
 
 

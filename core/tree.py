@@ -117,6 +117,9 @@ _KERNEL_DEVICES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.XPU)
 _TIMED_DEVICES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.MTIA, DeviceType.HPU, DeviceType.XPU)
 #: Kinds whose torch ``device_index`` is the process id (Kineto's CPU "device").
 _CPU_SIDE_KINDS = (EventKind.CPU_OP, EventKind.USER_ANNOTATION, EventKind.PYTHON_FUNCTION)
+#: Runtime and driver API calls run on the host: torch counts them as CPU events
+#: even when a tracer or a trace file tags them with the device they drive.
+_HOST_CALL_KINDS = (EventKind.RUNTIME, EventKind.DRIVER)
 _USER_ANNOTATION_KINDS = (EventKind.USER_ANNOTATION, EventKind.GPU_USER_ANNOTATION)
 #: torch's RecordScope.BACKWARD_FUNCTION.
 _BACKWARD_SCOPE = 1
@@ -211,6 +214,13 @@ def _gather(batch: EventBatch, field: str, rows: np.ndarray, dtype: Any = None) 
         return batch[field][rows].astype(dtype, copy=False)  # fancy indexing already copied
     return np.full(len(rows), spec.default, dtype=dtype)
 
+
+
+def _host_aware_device_type(batch: EventBatch, idx: np.ndarray) -> np.ndarray:
+    """``device_type`` of rows ``idx``, with runtime/driver calls counted as CPU events."""
+    device_type = _gather(batch, "device_type", idx)
+    host_call = np.isin(_gather(batch, "kind", idx), _HOST_CALL_KINDS)
+    return np.where(host_call, np.int8(DeviceType.CPU), device_type).astype(device_type.dtype)
 
 def _torch_order(start_us: np.ndarray, end_us: np.ndarray) -> np.ndarray:
     """The permutation of torch's stable sort by ``[start, -end]``.
@@ -705,7 +715,7 @@ class _Builder:
         rel_end = (end_ns[source] - origin).astype(np.float64) / 1000.0
         rel_end[n_kept:] = rel_start[n_kept:]  # memory rows have no duration
 
-        device_type = _gather(b, "device_type", source)
+        device_type = _host_aware_device_type(b, source)
         device_type[n_kept:] = DeviceType.CPU
         is_async = _gather(b, "is_async", source)
         is_async[n_kept:] = False
@@ -779,7 +789,7 @@ class _Builder:
         oom = np.flatnonzero(name_col == oom_id)
 
         def split(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            dt = _gather(b, "device_type", idx)
+            dt = _host_aware_device_type(b, idx)
             nbytes = _gather(b, "nbytes", idx)
             cpu = np.where(np.isin(dt, _CPU_MEMORY_DEVICES), nbytes, 0)
             dev = np.where(np.isin(dt, _DEVICE_MEMORY_DEVICES), nbytes, 0)
@@ -795,7 +805,7 @@ class _Builder:
             cpu_bytes, dev_bytes = split(mem_sorted)
             cum_cpu = np.r_[0, np.cumsum(cpu_bytes)]
             cum_dev = np.r_[0, np.cumsum(dev_bytes)]
-            on_cpu = np.flatnonzero(_gather(b, "device_type", kept) == DeviceType.CPU)
+            on_cpu = np.flatnonzero(_host_aware_device_type(b, kept) == DeviceType.CPU)
             rows = kept[on_cpu]
             lo = np.searchsorted(times, start_ns[rows], side="left")
             hi = np.maximum(np.searchsorted(times, end_ns[rows], side="right"), lo)

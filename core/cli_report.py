@@ -1,0 +1,275 @@
+"""``polyprof report TRACE``: torch's ``key_averages().table()`` from a saved Chrome trace.
+
+The trace may be polyprof's own (``prof.export_chrome_trace``) or torch's
+(Kineto's writer: ``torch.profiler.profile.export_chrome_trace`` and
+``tensorboard_trace_handler``), plain ``.json`` or gzip-compressed
+``.json.gz``. It is read with ``polyprof.chrome_reader``, rebuilt into a
+``Trace`` and summarised by the same ``ProfileResults.key_averages`` and
+table code a live profile uses, so the command needs neither torch nor the
+program that made the trace.
+
+What the table of a torch-written trace shares with torch's own
+``prof.key_averages().table()`` of the profile that wrote it:
+
+* Names (``ProfilerStep#N`` folded to ``ProfilerStep*``), ``# of Calls``,
+  Input Shapes (``--group-by-input-shape``; the trace's ``Input Dims``),
+  the nesting that ``--top-level-only`` reads, and every time: Kineto writes
+  ``ts``/``dur`` as µs with three decimals, that is to the nanosecond, and the
+  reader converts them back exactly, so Self CPU, CPU total, averages and
+  percentages print the same digits. ``polyprof report`` and torch's table
+  agree byte for byte for CPU profiles with or without shapes, memory,
+  backward passes, ``record_function`` ranges and schedules (the tests check
+  this against torch 2.13).
+* The memory columns, when the profile was recorded with
+  ``profile_memory=True``: each allocation is a ``[memory]`` instant event in
+  the trace, and the ``profile_memory`` flag at its top level turns the
+  columns on. Without that flag there is nothing to rebuild them from, and
+  they are left out, as torch leaves them out.
+* Device columns (``Self CUDA``, ``XPU total``, ...): ``use_device`` is taken
+  from the trace's device events (kernel, memcpy, memset and runtime
+  categories, and device lanes named ``CUDA 0``/``XPU 0``), CUDA before XPU
+  before the others, as torch chooses it from the activities.
+
+What a trace cannot carry, so the report cannot show it:
+
+* FLOPs: Kineto writes no FLOPs field (nor does polyprof's exporter, to match
+  it), so there is no ``Total FLOPs`` column; the command says so on stderr
+  when the trace was recorded with ``with_flops``.
+* Source locations grouped like torch's ``group_by_stack_n``: torch gives
+  backward ops the stack of their forward op by their ``RecordScope``, which
+  the trace does not record, so this command offers no stack grouping.
+* Overload names and RPC node ids, which Kineto does not write.
+* With ``acc_events=True`` torch's table sums every recorded cycle; a trace
+  file holds one cycle.
+
+The default sort is what torch's tutorials print: ``cpu_time_total``, or
+``device_time_total`` (torch's ``cuda_time_total``) when the trace has device
+time. ``--sort-by none`` keeps torch's ``sort_by=None`` order (first seen).
+
+Exit status: 0 with the table on stdout; 2, with one line on stderr and no
+traceback, for a missing, unreadable, empty, truncated or corrupt file, a
+directory, JSON that is not a Chrome trace, a trace without profiler events,
+or a bad option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+from polyprof._log import get_logger
+from polyprof.chrome_reader import TraceFileError, read_chrome_trace
+from polyprof.results import ProfileResults
+from polyprof.table import VALID_SORT_KEYS, VALID_TIME_UNITS
+from polyprof.tree import use_device_for
+
+log = get_logger(__name__)
+
+__all__ = [
+    "AUTO_SORT",
+    "DEFAULT_ROW_LIMIT",
+    "EXIT_BAD_INPUT",
+    "SORT_CHOICES",
+    "UNSORTED",
+    "ReportOptions",
+    "add_report_command",
+    "default_sort_key",
+    "load_report_results",
+    "render_report",
+    "report_notes",
+    "run_report_command",
+]
+
+#: ``--sort-by`` value that picks ``cpu_time_total`` or ``device_time_total`` (the default).
+AUTO_SORT = "auto"
+#: ``--sort-by`` value that keeps torch's ``sort_by=None`` order: keys as first seen.
+UNSORTED = "none"
+SORT_CHOICES: tuple[str, ...] = (AUTO_SORT, UNSORTED, *VALID_SORT_KEYS)
+#: torch's ``table()`` default.
+DEFAULT_ROW_LIMIT = 100
+#: Exit status for input the command cannot use (argparse uses 2 for usage errors too).
+EXIT_BAD_INPUT = 2
+
+_PROG = "polyprof report"
+
+
+def _check_sort_by(instance: Any, attribute: Any, value: str) -> None:
+    if value not in SORT_CHOICES:
+        raise ValueError(f"unknown sort key {value!r}; choose one of: {', '.join(SORT_CHOICES)}")
+
+
+def _check_row_limit(instance: Any, attribute: Any, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ValueError(f"row_limit must be a count >= 0, or -1 for every row; got {value!r}")
+
+
+def _check_time_unit(instance: Any, attribute: Any, value: str | None) -> None:
+    if value is not None and value not in VALID_TIME_UNITS:
+        raise ValueError(f"time_unit must be one of {', '.join(VALID_TIME_UNITS)} or None; got {value!r}")
+
+
+@attrs.frozen
+class ReportOptions:
+    """How to summarise a trace: the ``polyprof report`` options."""
+
+    #: A key of ``SORT_CHOICES``: torch's sort keys, ``"auto"`` or ``"none"``.
+    sort_by: str = attrs.field(default=AUTO_SORT, validator=_check_sort_by)
+    #: Rows to print; -1 prints every row (torch's convention).
+    row_limit: int = attrs.field(default=DEFAULT_ROW_LIMIT, validator=_check_row_limit)
+    group_by_input_shape: bool = False
+    #: ``"s"``, ``"ms"`` or ``"us"`` for every time cell; None picks a unit per cell.
+    time_unit: str | None = attrs.field(default=None, validator=_check_time_unit)
+    #: Only ops without a CPU parent (torch's ``top_level_events_only``).
+    top_level_only: bool = False
+
+
+def load_report_results(path: str | os.PathLike[str]) -> ProfileResults:
+    """Read a Chrome trace file into ``ProfileResults``; ``use_device`` from its device events.
+
+    :raises TraceFileError: the file is missing, a directory, unreadable, not a
+        Chrome trace, or holds no profiler events (one-line message).
+    """
+    path = os.fspath(path)
+    started = time.perf_counter()
+    trace = read_chrome_trace(path)
+    if len(trace.events) == 0:
+        skipped = "".join(f"; {note}" for note in trace.notes)
+        raise TraceFileError(
+            path,
+            "no profiler events to summarise (no cpu_op, user_annotation, kernel or other Kineto "
+            f"events){skipped}",
+        )
+    use_device = use_device_for(trace.config)
+    log.debug(
+        "report_trace_read",
+        path=path,
+        events=len(trace.events),
+        use_device=use_device,
+        seconds=round(time.perf_counter() - started, 3),
+    )
+    return ProfileResults(traces=(trace,), use_device=use_device)
+
+
+def default_sort_key(averages: Sequence[Any]) -> str:
+    """``device_time_total`` when some row has device time, else ``cpu_time_total``."""
+    has_device_time = any(avg.self_device_time_total > 0 for avg in averages)
+    return "device_time_total" if has_device_time else "cpu_time_total"
+
+
+def render_report(results: ProfileResults, options: ReportOptions) -> str:
+    """torch's ``key_averages(...).table(...)`` text for ``results`` under ``options``."""
+    averages = results.key_averages(group_by_input_shape=options.group_by_input_shape)
+    if options.sort_by == AUTO_SORT:
+        sort_by: str | None = default_sort_key(averages)
+    elif options.sort_by == UNSORTED:
+        sort_by = None
+    else:
+        sort_by = options.sort_by
+    return averages.table(
+        sort_by=sort_by,
+        row_limit=options.row_limit,
+        top_level_events_only=options.top_level_only,
+        time_unit=options.time_unit,
+    )
+
+
+def report_notes(results: ProfileResults) -> list[str]:
+    """What the user should know about the trace the table cannot show."""
+    notes: list[str] = []
+    for trace in results.traces:
+        notes.extend(trace.notes)
+        if trace.config.with_flops:
+            notes.append(
+                "the profile was recorded with with_flops=True, but Chrome traces do not store FLOPs: "
+                "the table has no FLOPs column"
+            )
+    return notes
+
+
+# ---------------------------------------------------------------- command line
+
+
+def _row_limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"must be >= 0, or -1 for every row; got {value}")
+    return value
+
+
+def add_report_command(subparsers: Any) -> None:
+    """Add ``polyprof report`` to the ``polyprof`` command's subparsers."""
+    parser = subparsers.add_parser(
+        "report",
+        help="print the key_averages table of a saved Chrome trace (polyprof's or torch's)",
+        description=(
+            "Print torch's key_averages().table() for a Chrome trace file (.json or .json.gz) written "
+            "by polyprof or by torch.profiler (export_chrome_trace, tensorboard_trace_handler). "
+            "Needs no torch. Times, counts, shapes and memory match torch's table for the profile "
+            "that wrote the trace; FLOPs are not stored in traces."
+        ),
+        epilog=f"Sort keys: {', '.join(VALID_SORT_KEYS)}.",
+    )
+    parser.add_argument("trace", metavar="TRACE", help="the trace file (.json or .json.gz)")
+    parser.add_argument(
+        "--sort-by",
+        metavar="KEY",
+        choices=SORT_CHOICES,
+        default=AUTO_SORT,
+        help=(
+            "the column to sort by, descending (torch's sort_by). Default 'auto': cpu_time_total, or "
+            "device_time_total when the trace has device time; 'none' keeps first-seen order"
+        ),
+    )
+    parser.add_argument(
+        "--row-limit",
+        metavar="N",
+        type=_row_limit,
+        default=DEFAULT_ROW_LIMIT,
+        help=f"print at most N rows; -1 prints every row (default {DEFAULT_ROW_LIMIT})",
+    )
+    parser.add_argument(
+        "--group-by-input-shape",
+        action="store_true",
+        help="one row per (name, input shapes), with an Input Shapes column (needs record_shapes)",
+    )
+    parser.add_argument(
+        "--time-unit",
+        choices=VALID_TIME_UNITS,
+        default=None,
+        help="print every time in this unit (default: a unit per cell, as torch)",
+    )
+    parser.add_argument(
+        "--top-level-only",
+        action="store_true",
+        help="only ops that have no CPU parent (torch's top_level_events_only)",
+    )
+    parser.set_defaults(handler=run_report_command)
+
+
+def run_report_command(args: argparse.Namespace) -> int:
+    """Print the table of ``args.trace``; one line on stderr and exit 2 when the file is unusable."""
+    options = ReportOptions(
+        sort_by=args.sort_by,
+        row_limit=args.row_limit,
+        group_by_input_shape=args.group_by_input_shape,
+        time_unit=args.time_unit,
+        top_level_only=args.top_level_only,
+    )
+    try:
+        results = load_report_results(args.trace)
+    except TraceFileError as exc:
+        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for note in report_notes(results):
+        print(f"{_PROG}: note: {note}", file=sys.stderr)
+    sys.stdout.write(render_report(results, options))
+    sys.stdout.flush()
+    return 0

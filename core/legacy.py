@@ -1,0 +1,378 @@
+"""``polyprof.legacy.profile``: the legacy profiler API (torch's, with IPEX's ``use_xpu``).
+
+Scripts written for ``torch.autograd.profiler_legacy.profile`` or for Intel
+Extension for PyTorch's legacy profiler run unchanged against this class::
+
+    with polyprof.legacy.profile(use_xpu=True) as prof:
+        output = torch.nonzero(input_tensor)
+    print(prof.key_averages().table())
+    print(prof.table(sort_by="id", row_limit=100000))
+    prof.export_chrome_trace("trace_file.json")
+
+It has the legacy profile's arguments (``enabled``, ``use_cuda``,
+``record_shapes``, ``with_flops``, ``profile_memory``, ``with_stack``,
+``with_modules``) plus IPEX's ``use_xpu``, and its methods: ``table``,
+``key_averages(group_by_input_shape, group_by_stack_n)``, ``total_average``,
+``self_cpu_time_total``, ``function_events``, ``export_chrome_trace`` (the
+legacy JSON *array* format, written atomically) and ``export_stacks``.
+Recording goes through a polyprof ``Session`` (the torch CPU tracer plugin,
+device tracer plugins, the event bus); the results are polyprof's columnar
+``EventList``. As in torch, ``with_flops`` implies ``record_shapes``, and
+``function_events`` lists the ``[memory]`` rows (allocations outside every
+op) first, so ``key_averages()`` rows come in the legacy profiler's order.
+
+Deliberate differences from torch 2.13's legacy profiler:
+
+1. ``enabled=False``: ``__enter__`` returns the profile object (torch returns
+   ``None``), and asking it for results (``key_averages``, ``table``,
+   ``total_average``, ``export_chrome_trace``, ``export_stacks``,
+   ``function_events``, ``self_cpu_time_total``, ``str``) raises
+   ``ProfilerDisabledError``, a ``RuntimeError`` saying the profiler was
+   disabled, instead of torch's ``AttributeError`` on ``None``. ``repr``
+   does not raise; it says the profile is disabled. A disabled profile
+   touches no plugin, so ``enabled=False, use_xpu=True`` works anywhere.
+2. ``use_xpu=True`` / ``use_cuda=True`` need the plugin that records that
+   device (``polyprof-xpu`` / ``polyprof-cuda``). When none is installed,
+   ``__enter__`` raises ``ActivityUnavailableError`` naming the distribution
+   to install, and nothing is left running. When the plugin is installed but
+   cannot record here (no driver, no device), profiling goes on CPU-only with
+   an ``ActivityUnavailableWarning`` (torch's ``use_cuda`` warns the same way).
+   With device data the tables get ``Self XPU`` / ``XPU total`` /
+   ``XPU time avg`` (or CUDA) columns.
+3. A profile records once: a second ``__enter__``, during or after the run,
+   raises ``RuntimeError`` (torch raises during and after too, with the same
+   "not reentrant" message while running). Starting one while another
+   polyprof profile records raises ``RuntimeError`` instead of silently
+   emptying the other.
+4. Results are built when first asked for, not eagerly at exit.
+5. With ``with_stack=True`` op stacks are recorded as the legacy profiler
+   records them, and the separate ``python_function`` rows that torch's newer
+   collector adds are dropped, as the legacy profiler has none.
+6. Events are polyprof's ``FunctionEvent`` views: ``is_legacy`` is False,
+   ``[memory]`` rows keep their real timestamps and ids, and device time comes
+   from the device tracer's kernels linked to their launching op.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import attrs
+import numpy as np
+from polyprof._log import get_logger
+from polyprof.activity import ProfilerActivity
+from polyprof.errors import PolyprofError
+
+log = get_logger(__name__)
+
+__all__ = ["ProfilerDisabledError", "profile"]
+
+#: torch's name for the synthetic rows of allocations made outside every op.
+MEMORY_EVENT_NAME = "[memory]"
+
+
+class ProfilerDisabledError(PolyprofError, RuntimeError):
+    """Results were asked of a legacy profile created with ``enabled=False``."""
+
+
+def _flag(name: str, value: Any) -> bool:
+    """A boolean argument: a bool, an int, a numpy bool or None (False); anything else is a TypeError."""
+    if value is None or isinstance(value, (bool, int, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
+class profile:  # noqa: N801 - torch's name
+    """Profile a block of code with the legacy profiler's arguments and results.
+
+    :param enabled: False makes the profile record nothing (see the module notes).
+    :param use_xpu: also record XPU kernels (needs the ``polyprof-xpu`` plugin).
+    :param use_cuda: also record CUDA kernels (needs the ``polyprof-cuda`` plugin).
+    :param record_shapes: record operator input shapes (implied by ``with_flops``).
+    :param with_flops: estimate FLOPs of matmul and convolution ops.
+    :param profile_memory: record tensor memory allocations and frees.
+    :param with_stack: record each op's Python stack.
+    :param with_modules: record the module hierarchy of ops.
+    :param plugin_manager: a ``polyprof.registry`` plugin manager to use instead of
+        the installed plugins (for tests).
+    """
+
+    def __init__(
+        self,
+        enabled: bool = True,
+        *,
+        use_xpu: bool = False,
+        use_cuda: bool = False,
+        record_shapes: bool = False,
+        with_flops: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_modules: bool = False,
+        plugin_manager: Any = None,
+    ) -> None:
+        self.enabled = _flag("enabled", enabled)
+        self.use_xpu = _flag("use_xpu", use_xpu)
+        self.use_cuda = _flag("use_cuda", use_cuda)
+        self.with_flops = _flag("with_flops", with_flops)
+        # As in torch's legacy profiler: FLOPs are estimated from the input shapes.
+        self.record_shapes = _flag("record_shapes", record_shapes) or self.with_flops
+        self.profile_memory = _flag("profile_memory", profile_memory)
+        self.with_stack = _flag("with_stack", with_stack)
+        self.with_modules = _flag("with_modules", with_modules)
+        self.entered = False
+        self._plugin_manager = plugin_manager
+        self._session: Any = None
+        self._trace_id = ""
+        self._recording = False
+        self._failed = False
+        self._results: Any = None
+        self._function_events: Any = None
+
+    # ------------------------------------------------------------ recording
+
+    @property
+    def activities_requested(self) -> frozenset[ProfilerActivity]:
+        """CPU, plus XPU and CUDA when asked for."""
+        acts = {ProfilerActivity.CPU}
+        if self.use_xpu:
+            acts.add(ProfilerActivity.XPU)
+        if self.use_cuda:
+            acts.add(ProfilerActivity.CUDA)
+        return frozenset(acts)
+
+    def __enter__(self) -> profile:
+        if self.entered:
+            if self._recording:
+                raise RuntimeError(
+                    "Profiler context manager is not reentrant: this profile is already recording"
+                )
+            raise RuntimeError(
+                "Profiler context manager is not reentrant: this legacy profile has already recorded once; "
+                "create a new polyprof.legacy.profile(...) to profile again"
+            )
+        self.entered = True
+        if not self.enabled:
+            log.debug("legacy_profile_disabled")
+            return self
+        try:
+            self._start()
+        except BaseException:
+            self.entered = False  # nothing was recorded; the object may be entered again
+            raise
+        return self
+
+    def _start(self) -> None:
+        """Create the session and start its tracers; on failure leave nothing running."""
+        from polyprof.profiler import _enter_active, _leave_active
+        from polyprof.session import Session
+
+        _enter_active(self)
+        try:
+            # Creating the session resolves the activities: a missing plugin raises here,
+            # an installed-but-unusable one warns and is dropped.
+            self._session = Session.create(
+                activities=self.activities_requested,
+                record_shapes=self.record_shapes,
+                profile_memory=self.profile_memory,
+                with_stack=self.with_stack,
+                with_flops=self.with_flops,
+                with_modules=self.with_modules,
+                # The legacy profiler attaches stacks to ops; torch's collector needs verbose for that.
+                verbose=self.with_stack,
+                plugin_manager=self._plugin_manager,
+            )
+            self._trace_id = f"{uuid.uuid4().int:032X}"
+            self._session.prepare(trace_id=self._trace_id)
+            self._session.start()
+        except BaseException:
+            self._end_session()
+            _leave_active(self)
+            raise
+        self._recording = True
+
+    def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> bool:
+        if not self._recording:
+            return False
+        from polyprof.profiler import _leave_active
+
+        self._recording = False
+        try:
+            trace = self._session.stop(trace_id=self._trace_id)
+            self._session.trace_ready(trace)
+            self._results = self._make_results(trace)
+        except BaseException:
+            self._failed = True
+            raise
+        finally:
+            self._end_session()
+            _leave_active(self)
+        return False
+
+    def _make_results(self, trace: Any) -> Any:
+        from polyprof.results import ProfileResults
+        from polyprof.tree import use_device_for
+
+        if self.with_stack:
+            trace = _without_python_functions(trace)
+        return ProfileResults(
+            traces=(trace,),
+            use_device=use_device_for(trace.config),
+            aggregators=self._session.aggregators,
+        )
+
+    def _end_session(self) -> None:
+        session, self._session = self._session, None
+        if session is None:
+            return
+        try:
+            session.shutdown()
+        except Exception:  # noqa: BLE001 - cleanup; keep the error that brought us here, if any
+            log.warning("legacy_session_shutdown_failed", exc_info=True)
+
+    # ------------------------------------------------------------ results
+
+    def _check_enabled(self, what: str) -> None:
+        if not self.enabled:
+            raise ProfilerDisabledError(
+                f"{what}: the profiler was disabled (enabled=False), so it recorded nothing. "
+                "Create it with polyprof.legacy.profile(enabled=True, ...) to get results."
+            )
+
+    def _finished_events(self, what: str) -> Any:
+        self._check_enabled(what)
+        events = self.function_events
+        if events is None:
+            if self._failed:
+                raise RuntimeError(
+                    f"{what}: profiling failed when the profiler stopped, so there are no results"
+                )
+            if self._recording:
+                raise RuntimeError(
+                    f"{what}: Profiler didn't finish running; results are available after the with-block ends"
+                )
+            raise RuntimeError(
+                f"{what}: Profiler didn't finish running; it was never entered (use it in a with-block)"
+            )
+        return events
+
+    @property
+    def use_device(self) -> str | None:
+        """The device whose time the tables show (``"cuda"``, ``"xpu"`` or None), once recorded."""
+        return self._results.use_device if self._results is not None else None
+
+    @property
+    def function_events(self) -> Any:
+        """Every recorded event as an ``EventList`` (None until the with-block ends)."""
+        self._check_enabled("function_events")
+        if self._function_events is None and self._results is not None:
+            self._function_events = _legacy_event_list(self._results)
+        return self._function_events
+
+    def table(
+        self,
+        sort_by: str | None = None,
+        row_limit: int = 100,
+        max_src_column_width: int = 75,
+        max_name_column_width: int = 55,
+        max_shapes_column_width: int = 80,
+        header: str | None = None,
+        top_level_events_only: bool = False,
+    ) -> str:
+        """torch's table of the raw events (``sort_by="id"``: newest first, as torch sorts descending)."""
+        return self._finished_events("table()").table(
+            sort_by=sort_by,
+            row_limit=row_limit,
+            max_src_column_width=max_src_column_width,
+            max_name_column_width=max_name_column_width,
+            max_shapes_column_width=max_shapes_column_width,
+            header=header,
+            top_level_events_only=top_level_events_only,
+        )
+
+    def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0) -> Any:
+        """Events averaged by name (and input shapes, and the top ``group_by_stack_n`` frames)."""
+        events = self._finished_events("key_averages()")
+        aggregator = (self._results.aggregators or {}).get("key_averages")
+        if aggregator is not None and not _is_builtin_key_averages(aggregator):
+            # A plugin replaced the built-in aggregator: it gets the say, in its own row order.
+            return self._results.key_averages(
+                group_by_input_shape=group_by_input_shape, group_by_stack_n=group_by_stack_n
+            )
+        return events.key_averages(group_by_input_shape, group_by_stack_n)
+
+    def total_average(self) -> Any:
+        """Every event summed into one ``FunctionEventAvg`` keyed ``"Total"``."""
+        return self._finished_events("total_average()").total_average()
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        """The sum of the events' self CPU time (µs)."""
+        return self._finished_events("self_cpu_time_total").self_cpu_time_total
+
+    def export_chrome_trace(self, path: str | os.PathLike[str]) -> str:
+        """Write torch's legacy Chrome trace (a JSON array of ``"ph": "X"`` events) atomically.
+
+        :returns: the path written.
+        """
+        return self._finished_events("export_chrome_trace()").export_chrome_trace(path)
+
+    def export_stacks(self, path: str | os.PathLike[str], metric: str = "self_cpu_time_total") -> str:
+        """Write collapsed stacks (flame graph input); needs ``with_stack=True``."""
+        events = self._finished_events("export_stacks()")
+        if not self.with_stack:
+            raise RuntimeError(
+                "export_stacks() requires with_stack=True: create the profile with "
+                "polyprof.legacy.profile(with_stack=True, ...)"
+            )
+        return events.export_stacks(path, metric)
+
+    def __str__(self) -> str:
+        self._check_enabled("str(profile)")
+        if self.function_events is None:
+            return "<unfinished polyprof.legacy.profile>"
+        return str(self.function_events)
+
+    def __repr__(self) -> str:
+        if not self.enabled:
+            return "<polyprof.legacy.profile enabled=False: disabled, records nothing>"
+        if self.function_events is None:
+            acts = ",".join(sorted(a.name for a in self.activities_requested))
+            state = "recording" if self._recording else "failed" if self._failed else "not started"
+            return f"<unfinished polyprof.legacy.profile activities={acts} {state}>"
+        return repr(self.function_events)
+
+
+def _is_builtin_key_averages(aggregator: Any) -> bool:
+    from polyprof.plugins.key_averages import KeyAverages
+
+    return type(aggregator) is KeyAverages
+
+
+def _without_python_functions(trace: Any) -> Any:
+    """``trace`` without ``python_function`` events (the legacy profiler records none)."""
+    from polyprof.events import EventKind
+
+    events = trace.events
+    python = events["kind"] == EventKind.PYTHON_FUNCTION
+    if not python.any():
+        return trace
+    return attrs.evolve(trace, events=events.take(np.flatnonzero(~python)))
+
+
+def _legacy_event_list(results: Any) -> Any:
+    """The events in the legacy profiler's order: ``[memory]`` rows first, then the rest as recorded.
+
+    torch's legacy parse gives those rows start time 0, so its sort puts them first.
+    """
+    from polyprof.results import EventList
+
+    tree = results.tree()
+    config = results.traces[-1].config
+    rows = None
+    if MEMORY_EVENT_NAME in tree.keys:
+        memory = tree.synthetic & (tree.key == tree.keys.index(MEMORY_EVENT_NAME))
+        if memory.any():
+            rows = np.concatenate([np.flatnonzero(memory), np.flatnonzero(~memory)])
+    return EventList.of_tree(tree, rows, profile_memory=config.profile_memory, with_flops=config.with_flops)

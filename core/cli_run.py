@@ -113,7 +113,9 @@ def parse_schedule(text: str) -> ScheduleSpec:
     try:
         numbers = [int(p) for p in parts]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: wait, warmup, active and repeat must be integers") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: wait, warmup, active and repeat must be integers"
+        ) from None
     spec = ScheduleSpec(*numbers)
     from polyprof.schedule import InvalidScheduleError
 
@@ -137,7 +139,9 @@ def parse_activities(text: str) -> frozenset[ProfilerActivity]:
         try:
             chosen.add(coerce_activity(name))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"unknown activity {name!r}; valid activities: {valid}") from None
+            raise argparse.ArgumentTypeError(
+                f"unknown activity {name!r}; valid activities: {valid}"
+            ) from None
     return frozenset(chosen)
 
 
@@ -348,7 +352,10 @@ class WholeScriptProfile:
         self.failed = False
         self.optimizer_steps = 0
         self.stepped_aside_for: str | None = None
+        #: Cycles delivered to ``on_trace_ready`` (written or not).
+        self.cycles = 0
         self._active = False
+        self._discard = False
         self._owner_thread = threading.get_ident()
         self._step_hook: Any = None
         experimental_config = None
@@ -367,10 +374,6 @@ class WholeScriptProfile:
             experimental_config=experimental_config,
             plugin_manager=plugin_manager,
         )
-
-    @property
-    def active(self) -> bool:
-        return self._active
 
     def start(self) -> None:
         """Start recording (errors here are polyprof's and propagate: the script has not run yet)."""
@@ -391,7 +394,7 @@ class WholeScriptProfile:
                 # Each cycle is reported on its own, so torch's "events are cleared" warning is noise here.
                 warnings.filterwarnings("ignore", message=re.escape(ACC_EVENTS_WARNING))
                 self.profile.step()
-        except Exception as exc:  # noqa: BLE001 - never into the script's optimizer.step()
+        except Exception as exc:
             log.error("whole_script_step_failed", exc_info=True)
             self._fail(f"the whole-script profile failed at optimizer step {self.optimizer_steps}: {exc}")
             self._end(discard=True)
@@ -422,47 +425,55 @@ class WholeScriptProfile:
         self._discard = discard
         try:
             self.profile.__exit__(None, None, None)
-        except Exception as exc:  # noqa: BLE001 - reported at the end; the script's outcome comes first
+        except Exception as exc:
             log.error("whole_script_stop_failed", exc_info=True)
             self._fail(f"stopping the whole-script profile failed: {type(exc).__name__}: {exc}")
-
-    _discard = False
 
     def _fail(self, message: str) -> None:
         self.failed = True
         self.notes.append(message)
 
     def _deliver(self, prof: Any) -> None:
-        """``on_trace_ready``: table to stderr, trace into the output directory."""
+        """``on_trace_ready``: table to stderr, trace into the output directory.
+
+        It may run inside the script's ``optimizer.step()``, so failures are noted, never raised.
+        """
         if self._discard:
             return
-        cycle = len(self.written) + 1
+        self.cycles += 1
+        title = f"{_PREFIX}: profile of {self.target.display_name}"
+        if self.options.schedule is not None:
+            title += f", cycle {self.cycles} (after {self.optimizer_steps} optimizer steps)"
+        _flush_quietly(sys.stdout)
         try:
             sort_by = self.options.sort_by or (
                 "self_device_time_total" if prof.use_device else "self_cpu_time_total"
             )
-            table = prof.key_averages().table(sort_by=sort_by, row_limit=self.options.row_limit)
+            # Shapes asked for are shown: grouped by them, the table gets torch's Input Shapes column.
+            averages = prof.key_averages(group_by_input_shape=self.options.record_shapes)
+            table = averages.table(sort_by=sort_by, row_limit=self.options.row_limit)
+        except Exception as exc:
+            log.error("whole_script_table_failed", exc_info=True)
+            self._fail(f"could not build the table of cycle {self.cycles}: {type(exc).__name__}: {exc}")
+        else:
+            self.stream.write(f"{title}\n{table}" + ("" if table.endswith("\n") else "\n"))
+        try:
             path = self._write_trace(prof)
-        except Exception as exc:  # noqa: BLE001 - on_trace_ready may run inside the script's optimizer.step()
-            log.error("whole_script_report_failed", exc_info=True)
-            self._fail(f"could not report the whole-script profile: {type(exc).__name__}: {exc}")
-            return
-        self.written.append(path)
-        title = f"{_PREFIX}: profile of {self.target.display_name}"
-        if self.options.schedule is not None:
-            title += f", cycle {cycle} (after {self.optimizer_steps} optimizer steps)"
-        _flush_quietly(sys.stdout)
-        self.stream.write(f"{title}\n{table}")
-        if not table.endswith("\n"):
-            self.stream.write("\n")
-        self.stream.write(f"{_PREFIX}: trace written to {path}\n")
+        except Exception as exc:
+            log.error("whole_script_trace_failed", exc_info=True)
+            self._fail(f"could not write the trace of cycle {self.cycles}: {type(exc).__name__}: {exc}")
+        else:
+            self.written.append(path)
+            self.stream.write(f"{_PREFIX}: trace written to {path}\n")
         self.stream.flush()
 
     def _write_trace(self, prof: Any) -> str:
         directory = self.options.output_dir
         os.makedirs(directory, exist_ok=True)
         suffixes = tuple(getattr(self.exporter, "suffixes", ()) or ())
-        suffix = _FILE_SUFFIX.get(self.options.format) or (suffixes[0] if suffixes else f".{self.options.format}")
+        suffix = _FILE_SUFFIX.get(self.options.format) or (
+            suffixes[0] if suffixes else f".{self.options.format}"
+        )
         worker = f"{self.target.file_stem}.{socket.gethostname()}_{os.getpid()}"
         path = os.path.join(directory, f"{worker}.{time.time_ns()}{suffix}")
         return self.exporter.export(prof.trace, path)
@@ -475,7 +486,7 @@ class WholeScriptProfile:
                 f"the script started its own profiler ({self.stepped_aside_for}); the whole-script profile "
                 "stopped there and was not written (the script's profilers ran through polyprof)"
             )
-        elif not self.written and not self.failed:
+        elif self.cycles == 0 and not self.failed:
             notes.append(
                 f"nothing was recorded: the schedule never reached an active step "
                 f"({self.optimizer_steps} optimizer steps seen; a step is one optimizer.step())"
@@ -580,8 +591,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _report(outcome: ScriptOutcome, whole: WholeScriptProfile, stream: TextIO) -> int:
-    for note in whole.summary_notes():
-        stream.write(f"{_PREFIX}: {note}\n")
+    stream.writelines(f"{_PREFIX}: {note}\n" for note in whole.summary_notes())
     stream.flush()
     if outcome.exception is not None:
         exc = outcome.exception
@@ -599,7 +609,7 @@ def _report(outcome: ScriptOutcome, whole: WholeScriptProfile, stream: TextIO) -
 _USAGE = "polyprof run [options] script.py [args ...]\n       polyprof run [options] -m module [args ...]"
 
 _EPILOG = textwrap.dedent(
-    f"""\
+    """\
     A script that profiles itself (torch.profiler.profile, torch.autograd.profiler.profile,
     torch.autograd.profiler_legacy.profile, polyprof.profile) gets polyprof's profilers and
     keeps its own arguments; the options above apply to the whole-script profile, which
@@ -663,7 +673,11 @@ def add_run_command(subparsers: Any) -> None:
         metavar="LIST",
         help="comma-separated activities to record: cpu, cuda, xpu, ... (default: all available here)",
     )
-    option("--record-shapes", action="store_true", help="record operator input shapes")
+    option(
+        "--record-shapes",
+        action="store_true",
+        help="record operator input shapes (the table groups rows by them)",
+    )
     option("--profile-memory", action="store_true", help="record tensor memory allocations")
     option("--with-stack", action="store_true", help="record Python stacks of operators")
     option("--with-flops", action="store_true", help="estimate FLOPs of matmul and convolution operators")

@@ -40,17 +40,24 @@ Deliberate differences from torch 2.13's legacy profiler:
    With device data the tables get ``Self XPU`` / ``XPU total`` /
    ``XPU time avg`` (or CUDA) columns.
 3. A profile records once: a second ``__enter__``, during or after the run,
-   raises ``RuntimeError`` (torch raises during and after too, with the same
-   "not reentrant" message while running). Starting one while another
-   polyprof profile records raises ``RuntimeError`` instead of silently
-   emptying the other.
+   raises ``RuntimeError("Profiler context manager is not reentrant: ...")``
+   as torch does, with a message saying which case it is (an ``__enter__``
+   that failed, e.g. for a missing plugin, may be retried). Starting one
+   while another polyprof profile records raises ``RuntimeError`` instead of
+   silently emptying the other.
 4. Results are built when first asked for, not eagerly at exit.
-5. With ``with_stack=True`` op stacks are recorded as the legacy profiler
-   records them, and the separate ``python_function`` rows that torch's newer
-   collector adds are dropped, as the legacy profiler has none.
+5. With ``with_stack=True`` ops carry their Python stacks, as in the legacy
+   profiler, and the separate ``python_function`` rows that torch's newer
+   collector adds are dropped, as the legacy profiler has none. The frames
+   are the newer collector's (``<built-in method ...>`` frames included,
+   paths shortened as torch shortens them).
 6. Events are polyprof's ``FunctionEvent`` views: ``is_legacy`` is False,
-   ``[memory]`` rows keep their real timestamps and ids, and device time comes
-   from the device tracer's kernels linked to their launching op.
+   ``[memory]`` rows keep their real timestamps and ids (so
+   ``table(sort_by="id")`` lists them first, where torch's id 0 puts them
+   last), and device time comes from the device tracer's kernels linked to
+   their launching op (kernel rows are listed too, as in ``torch.profiler``).
+7. A flag that is not a bool (an int, a numpy bool or None also pass), such as
+   ``use_xpu="yes"``, raises ``TypeError``.
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ from typing import Any
 
 import attrs
 import numpy as np
+
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.errors import PolyprofError

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import threading
 import time
 from collections import defaultdict
@@ -124,8 +125,9 @@ class _DeferredDecoder:
     needs is in numpy columns, dropping it returns that memory.
     """
 
-    def __init__(self, result: Any, scalars: tuple, with_args: bool) -> None:
+    def __init__(self, result: Any, scalars: tuple, with_args: bool, keep: np.ndarray | None = None) -> None:
         self._result = result
+        self._keep = keep
         self._scalars = scalars
         self._with_args = with_args
         self._lock = threading.Lock()
@@ -147,6 +149,8 @@ class _DeferredDecoder:
         result, self._result = self._result, None
         with _gc_paused():
             events = _visible_events(result)
+            if self._keep is not None:
+                events = [events[i] for i in self._keep.tolist()]
             columns: dict[str, tuple[np.ndarray, tuple | None]] = {
                 field: (_column(events, accessor, dtype), None) for field, accessor, dtype in self._scalars
             }
@@ -198,8 +202,51 @@ def _visible_events(result: Any) -> list[Any]:
     events = result.events()
     hidden = _column(events, "is_hidden_event", "bool")
     if hidden.any():
-        events = [ev for ev, h in zip(events, hidden.tolist()) if not h]
+        events = [ev for ev, h in zip(events, hidden.tolist(), strict=True) if not h]
     return events
+
+
+#: Frames that mark a Python call tree as polyprof's own event-bus thread.
+_OWN_THREAD_FRAME = re.compile(
+    r"(^|/)(polyprof|core)/bus\.py\(|anyio/from_thread\.py\(\d+\): run_blocking_portal$"
+)
+
+
+def _own_python_frames(
+    kind: np.ndarray, names: tuple, name_idx: np.ndarray, py_id: np.ndarray, py_parent: np.ndarray
+) -> np.ndarray:
+    """Mask of Python frames recorded on polyprof's own bus thread.
+
+    torch's Python tracer records every thread's frames, and frames of threads
+    it does not track carry no thread id; the bus thread's call trees are
+    recognised by their frames and left out (torch.profiler has no such thread).
+    """
+    python = np.flatnonzero(kind == EventKind.PYTHON_FUNCTION)
+    if not len(python):
+        return np.zeros(len(kind), dtype=bool)
+    marks = np.array([bool(_OWN_THREAD_FRAME.search(n)) for n in names] + [False], dtype=bool)
+    own_frame = marks[name_idx[python]]
+    if not own_frame.any():
+        return np.zeros(len(kind), dtype=bool)
+    # Root of every frame's call tree, by following parent ids (a loop per depth level).
+    ids = py_id[python]
+    order = np.argsort(ids)
+    sorted_ids = ids[order]
+    parent = py_parent[python]
+    root = ids.copy()
+    current = parent.copy()
+    for _ in range(10_000):
+        pos = np.searchsorted(sorted_ids, current)
+        found = (pos < len(sorted_ids)) & (sorted_ids[np.minimum(pos, len(sorted_ids) - 1)] == current)
+        if not found.any():
+            break
+        parent_rows = order[np.minimum(pos, len(order) - 1)]
+        root = np.where(found, current, root)
+        current = np.where(found, parent[parent_rows], -1)
+    own_roots = np.unique(root[own_frame])
+    mask = np.zeros(len(kind), dtype=bool)
+    mask[python[np.isin(root, own_roots)]] = True
+    return mask
 
 
 def _safe_name(event: Any) -> str:
@@ -224,7 +271,9 @@ def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventB
     thread = _column(events, "start_thread_id", "int64")
     end_thread = _column(events, "end_thread_id", "int64")
     type_idx, types = _intern_stream(map(methodcaller("activity_type"), events), n)
-    kind_of_type = np.array([int(KIND_BY_ACTIVITY_TYPE.get(t, EventKind.CPU_OP)) for t in types], dtype=np.int8)
+    kind_of_type = np.array(
+        [int(KIND_BY_ACTIVITY_TYPE.get(t, EventKind.CPU_OP)) for t in types], dtype=np.int8
+    )
     kind = kind_of_type[type_idx] if n else np.empty(0, dtype=np.int8)
     if OUT_OF_MEMORY_EVENT_NAME in names:
         kind[name_idx == names.index(OUT_OF_MEMORY_EVENT_NAME)] = EventKind.OUT_OF_MEMORY
@@ -275,10 +324,20 @@ def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventB
             device_index[i] = ev.device_index()
         columns.update(nbytes=nbytes, device_type=device_type, device_index=device_index)
     with_args = bool(
-        config.record_shapes or config.with_flops or config.profile_memory or config.with_stack or config.with_modules
+        config.record_shapes
+        or config.with_flops
+        or config.profile_memory
+        or config.with_stack
+        or config.with_modules
     )
     del events  # the wrappers cost ~330 bytes per event; the deferred pass fetches them again
-    deferred = _DeferredDecoder(result, deferred_scalars, with_args)
+    keep = None
+    if config.with_stack:
+        own = _own_python_frames(kind, names, name_idx, columns["python_id"], columns["python_parent_id"])
+        if own.any():
+            keep = np.flatnonzero(~own)
+            columns = {field: values[keep] for field, values in columns.items()}
+    deferred = _DeferredDecoder(result, deferred_scalars, with_args, keep)
     batch = EventBatch.build(SOURCE, columns, tables, {f: deferred.provider(f) for f in deferred.fields()})
     return batch, {"start_ns": int(result.trace_start_ns())}
 

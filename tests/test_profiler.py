@@ -260,3 +260,12 @@ def test_export_stacks_needs_with_stack(tmp_path) -> None:
         tiny_step()
     with pytest.raises(RuntimeError, match="requires with_stack=True"):
         prof.export_stacks(str(tmp_path / "s.txt"))
+
+
+def test_with_stack_leaves_out_polyprofs_own_threads() -> None:
+    with polyprof.profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        tiny_step()
+    names = [e.name for e in prof.events()]
+    assert "aten::add" in names
+    own = [n for n in names if "anyio" in n or "asyncio" in n or "polyprof/bus" in n]
+    assert own == [], own[:5]

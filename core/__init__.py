@@ -12,6 +12,7 @@ from polyprof.hookspecs import hookimpl, hookspec
 from polyprof.profiler import profile, tensorboard_trace_handler
 from polyprof.record import record_function
 from polyprof.schedule import ProfilerAction, schedule
+from polyprof import legacy  # noqa: E402 - polyprof.legacy.profile, the IPEX legacy API
 
 __version__ = "0.1.0"
 
@@ -36,6 +37,7 @@ __all__ = [
     "__version__",
     "hookimpl",
     "hookspec",
+    "legacy",
     "profile",
     "record_function",
     "schedule",

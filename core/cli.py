@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from polyprof import __version__
 from polyprof.cli_report import add_report_command
+from polyprof.cli_run import add_run_command
 from polyprof.errors import PolyprofError
 from polyprof.registry import (
     ALLOW_LIST_ENV,
@@ -176,7 +177,7 @@ def run_plugins_command(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------- the command
 
 #: Functions that add one subcommand each (``add_parser(subparsers)``).
-SUBCOMMANDS: list[Callable[[Any], None]] = [add_plugins_command, add_report_command]
+SUBCOMMANDS: list[Callable[[Any], None]] = [add_plugins_command, add_report_command, add_run_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -284,10 +284,13 @@ def outcome_of_exit(exc: SystemExit) -> ScriptOutcome:
 
 @contextlib.contextmanager
 def script_environment(target: RunTarget) -> Iterator[None]:
-    """``sys.argv`` and ``sys.path[0]`` as python sets them for the target; put back afterwards."""
-    saved_argv = sys.argv[:]
-    saved_path = sys.path[:]
-    sys.argv[:] = [target.name, *target.args]
+    """``sys.argv`` and ``sys.path[0]`` as python sets them for the target; put back afterwards.
+
+    Restores the original list objects (and ``sys.path``'s contents), whatever the script did to them.
+    """
+    saved_argv = sys.argv
+    saved_path, saved_path_items = sys.path, sys.path[:]
+    sys.argv = [target.name, *target.args]
     entry = target.sys_path_entry()
     if sys.path:
         sys.path[0] = entry
@@ -296,8 +299,9 @@ def script_environment(target: RunTarget) -> Iterator[None]:
     try:
         yield
     finally:
-        sys.argv[:] = saved_argv
-        sys.path[:] = saved_path
+        sys.argv = saved_argv
+        sys.path = saved_path
+        saved_path[:] = saved_path_items
 
 
 def run_target(target: RunTarget) -> ScriptOutcome:
@@ -564,12 +568,20 @@ def run_command(args: argparse.Namespace) -> int:
         if problem is not None:
             stream.write(f"{_PREFIX}: error: {problem}\n")
             return EXIT_USAGE
+        if importlib.util.find_spec("torch") is None:  # found without importing it (that takes seconds)
+            raise shim.TorchMissingError(
+                "polyprof run puts polyprof behind torch's profiler and profiles torch code, so it needs "
+                "torch, which is not installed here (pip install torch)"
+            )
         with make_plugin_manager() as pm:
             try:
                 activities, exporter = _check_output_options(pm, options)
             except (ActivityUnavailableError, UnknownExporterError) as exc:
-                option = "--format" if isinstance(exc, UnknownExporterError) else "--activities"
-                stream.write(f"{_PREFIX}: error: argument {option}: {exc}\n")
+                if isinstance(exc, UnknownExporterError):
+                    where = "argument --format: "
+                else:
+                    where = "argument --activities: " if options.activities is not None else ""
+                stream.write(f"{_PREFIX}: error: {where}{exc}\n")
                 return EXIT_USAGE
             with shim.shimmed():
                 whole = WholeScriptProfile(

@@ -25,3 +25,7 @@ class ActivityUnavailableError(PolyprofError, ValueError):
 
 class PolyprofWarning(UserWarning):
     """Base class of polyprof's warnings."""
+
+
+class ProfilerDisabledError(PolyprofError, RuntimeError):
+    """Results were asked of a profiler created with ``enabled=False``."""

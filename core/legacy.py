@@ -71,7 +71,7 @@ import numpy as np
 
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
-from polyprof.errors import PolyprofError
+from polyprof.errors import ProfilerDisabledError
 
 log = get_logger(__name__)
 
@@ -79,10 +79,6 @@ __all__ = ["ProfilerDisabledError", "profile"]
 
 #: torch's name for the synthetic rows of allocations made outside every op.
 MEMORY_EVENT_NAME = "[memory]"
-
-
-class ProfilerDisabledError(PolyprofError, RuntimeError):
-    """Results were asked of a legacy profile created with ``enabled=False``."""
 
 
 def _flag(name: str, value: Any) -> bool:

@@ -30,8 +30,8 @@ Covered:
 
 * Attribute access at call time: ``torch.profiler.profile(...)``,
   ``import torch.autograd.profiler as ap; ap.profile(...)``, and every library
-  that looks the class up when it profiles (Accelerate, Lightning, torch's own
-  ``torch._inductor`` helpers).
+  that looks the class up when it profiles (such as torch's own
+  ``torch._inductor`` benchmarking helpers).
 * Names bound before ``install()``: every module global (in any module in
   ``sys.modules`` but polyprof's own) that is bound to one of the replaced torch
   classes is rebound, whatever its name: ``from torch.profiler import profile``
@@ -106,7 +106,7 @@ import attrs
 
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity, coerce_activity
-from polyprof.errors import PolyprofError
+from polyprof.errors import PolyprofError, ProfilerDisabledError
 from polyprof.profiler import profile as _polyprof_profile
 
 log = get_logger(__name__)
@@ -127,10 +127,6 @@ __all__ = [  # and LegacyProfile, built on first access (it needs polyprof.legac
 
 class TorchMissingError(PolyprofError, ImportError):
     """The shims were asked for, but torch cannot be imported."""
-
-
-class ProfilerDisabledError(RuntimeError):
-    """Results were asked of an ``AutogradProfile`` created with ``enabled=False``."""
 
 
 # ------------------------------------------------------------------ shim classes
@@ -426,12 +422,17 @@ def _is_own_module(name: str) -> bool:
     return name == "polyprof" or name.startswith("polyprof.")
 
 
+#: The module type's own ``__dict__`` slot: reading it runs no code of a module subclass (lazy
+#: modules that import on attribute access stay untouched).
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"]
+
+
 def _module_namespaces() -> Iterator[tuple[str, dict[str, Any]]]:
     """(name, __dict__) of every real module in sys.modules but polyprof's own."""
     for name, module in list(sys.modules.items()):
-        if not isinstance(module, types.ModuleType) or _is_own_module(name):
+        if not issubclass(type(module), types.ModuleType) or _is_own_module(name):
             continue
-        namespace = getattr(module, "__dict__", None)
+        namespace = _MODULE_DICT.__get__(module)
         if isinstance(namespace, dict):
             yield name, namespace
 
@@ -440,8 +441,13 @@ def _import_torch_modules() -> dict[str, types.ModuleType]:
     try:
         return {
             name: importlib.import_module(name)
-            for name in ("torch", "torch.profiler", "torch.profiler.profiler", "torch.autograd.profiler",
-                         "torch.autograd.profiler_legacy")
+            for name in (
+                "torch",
+                "torch.profiler",
+                "torch.profiler.profiler",
+                "torch.autograd.profiler",
+                "torch.autograd.profiler_legacy",
+            )
         }
     except ImportError as exc:
         raise TorchMissingError(
@@ -486,9 +492,15 @@ def install() -> None:
                 torch_profile = next(
                     b.original for b in done if (b.module, b.name) == ("torch.autograd.profiler", "profile")
                 )
-                done.append(_rebind(
-                    "torch.profiler.profiler", backend, "prof", real, _TorchBackendView(real, torch_profile)
-                ))
+                done.append(
+                    _rebind(
+                        "torch.profiler.profiler",
+                        backend,
+                        "prof",
+                        real,
+                        _TorchBackendView(real, torch_profile),
+                    )
+                )
         except BaseException:
             _restore(done)
             raise
@@ -521,7 +533,9 @@ def uninstall() -> None:
         bindings, _bindings = _bindings, None
         left_alone = _restore(bindings)
         if left_alone:
-            log.warning("shim_bindings_left_alone", reason="rebound by someone else since install()", names=left_alone)
+            log.warning(
+                "shim_bindings_left_alone", reason="rebound by someone else since install()", names=left_alone
+            )
         late = _restore_late_bindings()
         log.debug("shims_uninstalled", restored=len(bindings) - len(left_alone), late=late)
 

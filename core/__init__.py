@@ -12,9 +12,20 @@ from polyprof.hookspecs import hookimpl, hookspec
 from polyprof.profiler import profile, tensorboard_trace_handler
 from polyprof.record import record_function
 from polyprof.schedule import ProfilerAction, schedule
+from polyprof import itt  # noqa: E402 - polyprof.itt, torch.profiler.itt's API
 from polyprof import legacy  # noqa: E402 - polyprof.legacy.profile, the IPEX legacy API
+from polyprof.itt import emit_itt
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # polyprof.shim needs torch; load it on first use so ``import polyprof`` stays torch-free.
+    if name == "shim":
+        import importlib
+
+        return importlib.import_module("polyprof.shim")
+    raise AttributeError(f"module 'polyprof' has no attribute {name!r}")
 
 
 def supported_activities() -> set[ProfilerActivity]:
@@ -36,7 +47,9 @@ __all__ = [
     "ProfilerActivity",
     "__version__",
     "hookimpl",
+    "emit_itt",
     "hookspec",
+    "itt",
     "legacy",
     "profile",
     "record_function",

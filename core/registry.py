@@ -61,6 +61,7 @@ BUILTIN_PLUGINS: Final[Mapping[str, str]] = types.MappingProxyType(
         "key_averages": "polyprof.plugins.key_averages",
         "chrome_trace": "polyprof.plugins.chrome_trace",
         "stacks": "polyprof.plugins.stacks",
+        "itt_export": "polyprof.plugins.itt_export",
     }
 )
 

@@ -110,6 +110,8 @@ class Session:
     _exporters: dict[str, Exporter] = attrs.field(factory=dict)
     _closed: bool = False
     _recording: bool = False
+    #: Per-tracer decode failures counted by the bus before this recording.
+    _errors_before: dict = attrs.field(factory=dict)
 
     @classmethod
     def create(
@@ -179,6 +181,7 @@ class Session:
             self.collector.take()
             raise
         self._recording = True
+        self._errors_before = dict(self.bus.statistics().tracer_errors)
 
     def stop(self, *, metadata_json: Mapping[str, str] | None = None, trace_id: str = "") -> Trace:
         """Stop every tracer, wait for the bus to deliver everything, and assemble the Trace."""
@@ -192,7 +195,8 @@ class Session:
         self._recording = False
         if not self.bus.finish_recording():
             log.error("bus_finish_timed_out", statistics=str(self.bus.statistics()))
-        trace = self._assemble(metadata_json or {}, trace_id)
+        failed = self._tracers_that_failed()
+        trace = self._assemble(metadata_json or {}, trace_id, failed)
         if errors:
             raise errors[0]
         return trace
@@ -207,9 +211,23 @@ class Session:
         self.bus.finish_recording()
         self.collector.take()
 
-    def _assemble(self, metadata_json: Mapping[str, str], trace_id: str) -> Trace:
+    def _tracers_that_failed(self) -> list[str]:
+        """Tracers whose data could not be decoded in this recording (logged by the bus); warns."""
+        errors = self.bus.statistics().tracer_errors
+        before = self._errors_before
+        failed = [name for name, count in errors.items() if count > before.get(name, 0)]
+        for name in failed:
+            warnings.warn(
+                f"polyprof: tracer {name!r} failed to decode what it recorded; its events are missing from "
+                "the results (the error is in the 'polyprof.bus' log)",
+                RuntimeWarning,
+                stacklevel=5,
+            )
+        return failed
+
+    def _assemble(self, metadata_json: Mapping[str, str], trace_id: str, failed: list[str] = ()) -> Trace:
         facts: dict[str, Any] = {}
-        notes: list[str] = []
+        notes: list[str] = [f"tracer {name!r} failed; its events are missing" for name in failed]
         device_properties: list[Any] = []
         extra_meta: dict[str, str] = {}
         for tracer in self.tracers:

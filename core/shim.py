@@ -410,6 +410,8 @@ _NAMED_TARGETS: tuple[tuple[str, str, str], ...] = (
     ("torch.profiler.profiler", "profile", "torch"),
     ("torch.autograd.profiler", "profile", "autograd"),
     ("torch.autograd.profiler_legacy", "profile", "legacy"),
+    # emit_itt shares torch's one collector with the profiles: it must take the same road.
+    ("torch.autograd.profiler", "emit_itt", "itt"),
 )
 
 _lock = threading.RLock()
@@ -466,7 +468,14 @@ def install() -> None:
         if _bindings is not None:
             return
         modules = _import_torch_modules()
-        replacements = {"torch": TorchProfile, "autograd": AutogradProfile, "legacy": _legacy_profile_class()}
+        from polyprof.itt import emit_itt
+
+        replacements = {
+            "torch": TorchProfile,
+            "autograd": AutogradProfile,
+            "legacy": _legacy_profile_class(),
+            "itt": emit_itt,
+        }
         if replacements["legacy"] is None:
             log.warning("legacy_shim_skipped", reason="polyprof.legacy is not installed")
         done: list[Binding] = []

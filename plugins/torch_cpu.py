@@ -34,26 +34,6 @@ log = get_logger(__name__)
 
 SOURCE = "torch_cpu"
 
-#: Kineto activity type string -> EventKind.
-KIND_BY_ACTIVITY_TYPE: dict[str, EventKind] = {
-    "cpu_op": EventKind.CPU_OP,
-    "user_annotation": EventKind.USER_ANNOTATION,
-    "python_function": EventKind.PYTHON_FUNCTION,
-    "cpu_instant_event": EventKind.MEMORY,
-    "gpu_user_annotation": EventKind.GPU_USER_ANNOTATION,
-    "kernel": EventKind.KERNEL,
-    "gpu_memcpy": EventKind.GPU_MEMCPY,
-    "gpu_memset": EventKind.GPU_MEMSET,
-    "cuda_runtime": EventKind.RUNTIME,
-    "xpu_runtime": EventKind.RUNTIME,
-    "privateuse1_runtime": EventKind.RUNTIME,
-    "cuda_driver": EventKind.DRIVER,
-    "xpu_driver": EventKind.DRIVER,
-    "privateuse1_driver": EventKind.DRIVER,
-    "overhead": EventKind.OVERHEAD,
-    "cuda_sync": EventKind.SYNC,
-    "xpu_sync": EventKind.SYNC,
-}
 MEMORY_EVENT_NAME = "[memory]"
 OUT_OF_MEMORY_EVENT_NAME = "[OutOfMemory]"
 
@@ -188,13 +168,19 @@ def decode_result(result: Any, config: ProfileConfig, *, pid: int | None = None)
         return _decode_now(result, config, pid=os.getpid() if pid is None else pid)
 
 
+class _Interner(dict):
+    """str -> index; ``map(interner.__getitem__, values)`` interns at C speed for known values."""
+
+    def __missing__(self, key: str) -> int:
+        index = self[key] = len(self)
+        return index
+
+
 def _intern_stream(values: Any, n: int) -> tuple[np.ndarray, tuple]:
     """Intern strings straight into an int32 array, without an intermediate list."""
-    lookup: dict[str, int] = {}
-    setdefault = lookup.setdefault
-    # setdefault evaluates len(lookup) before inserting: a new value gets the next index.
-    indices = np.fromiter((setdefault(v, len(lookup)) for v in values), dtype=np.int32, count=n)
-    return indices, tuple(lookup)
+    interner = _Interner()
+    indices = np.fromiter(map(interner.__getitem__, values), dtype=np.int32, count=n)
+    return indices, tuple(interner)
 
 
 def _visible_events(result: Any) -> list[Any]:
@@ -270,13 +256,17 @@ def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventB
     end = _column(events, "end_ns", "int64")
     thread = _column(events, "start_thread_id", "int64")
     end_thread = _column(events, "end_thread_id", "int64")
-    type_idx, types = _intern_stream(map(methodcaller("activity_type"), events), n)
-    kind_of_type = np.array(
-        [int(KIND_BY_ACTIVITY_TYPE.get(t, EventKind.CPU_OP)) for t in types], dtype=np.int8
-    )
-    kind = kind_of_type[type_idx] if n else np.empty(0, dtype=np.int8)
-    if OUT_OF_MEMORY_EVENT_NAME in names:
-        kind[name_idx == names.index(OUT_OF_MEMORY_EVENT_NAME)] = EventKind.OUT_OF_MEMORY
+    # Booleans instead of activity_type(): no string per event to build and intern.
+    kind = np.full(n, EventKind.CPU_OP, dtype=np.int8)
+    kind[_column(events, "is_user_annotation", "bool")] = EventKind.USER_ANNOTATION
+    if config.with_stack:
+        kind[_column(events, "is_python_function", "bool")] = EventKind.PYTHON_FUNCTION
+    for special, special_kind in (
+        (MEMORY_EVENT_NAME, EventKind.MEMORY),
+        (OUT_OF_MEMORY_EVENT_NAME, EventKind.OUT_OF_MEMORY),
+    ):
+        if special in names:
+            kind[name_idx == names.index(special)] = special_kind
     columns: dict[str, Any] = {
         "kind": kind,
         "name": name_idx,

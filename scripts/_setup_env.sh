@@ -8,4 +8,4 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==2.13.0"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[test]"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[test,itt]"

@@ -269,3 +269,21 @@ def test_with_stack_leaves_out_polyprofs_own_threads() -> None:
     assert "aten::add" in names
     own = [n for n in names if "anyio" in n or "asyncio" in n or "polyprof/bus" in n]
     assert own == [], own[:5]
+
+
+def test_a_tracer_that_fails_to_decode_is_a_warning_not_silence() -> None:
+    from polyprof.testing import ComponentPlugin, FakeTracer, make_event_batch, make_plugin_manager_for_tests
+
+    class BrokenTracer(FakeTracer):
+        def decode(self, item):
+            raise ValueError("corrupt buffer")
+
+    batch = make_event_batch([{"kind": 0, "name": "x", "start_ns": 1, "dur_ns": 1}])
+    plugin = ComponentPlugin(tracers=[BrokenTracer([batch], name="broken", activities=[ProfilerActivity.XPU])])
+    pm = make_plugin_manager_for_tests(("fake_xpu", plugin), builtins=True)
+    prof = polyprof.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.XPU], plugin_manager=pm)
+    with pytest.warns(RuntimeWarning, match="tracer 'broken' failed to decode"):
+        with prof:
+            tiny_step()
+    assert any(e.key == "aten::add" for e in prof.key_averages())  # the CPU tracer's events are intact
+    assert any("broken" in note for note in prof.trace.notes)

@@ -37,6 +37,12 @@ class FakeKinetoEvent:
     def activity_type(self):
         return self._kind
 
+    def is_user_annotation(self):
+        return self._kind == "user_annotation"
+
+    def is_python_function(self):
+        return self._kind == "python_function"
+
     def is_async(self):
         return False
 

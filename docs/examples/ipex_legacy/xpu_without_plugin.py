@@ -1,0 +1,25 @@
+"""IPEX legacy profiler guide, "Use Tool", with ``use_xpu=True`` exactly as written.
+
+Run: ``python -m polyprof run xpu_without_plugin.py``. XPU kernels are recorded by the
+``polyprof-xpu`` plugin. When it is not installed, entering the profile raises
+``polyprof.errors.ActivityUnavailableError`` (a ``ValueError``) whose message names the
+distribution to install, and nothing is left running; this script prints that message.
+(torch's own legacy profiler has no ``use_xpu`` argument: it raises ``TypeError``.)
+
+Adapted only where the machine has no Intel GPU: ``import intel_extension_for_pytorch`` is
+dropped and ``device='xpu:0'`` became ``'cpu'``. The ``try``/``except`` around the guide's code
+is added so that the example ends normally.
+"""
+
+import torch
+from polyprof.errors import ActivityUnavailableError
+
+input_tensor = torch.randn(1024, dtype=torch.float32, device='cpu')
+
+try:
+    with torch.autograd.profiler_legacy.profile(use_xpu=True) as prof:
+        output_tensor_1 = torch.nonzero(input_tensor)
+        output_tensor_2 = torch.unique(input_tensor)
+    print(prof.key_averages().table())
+except ActivityUnavailableError as exc:
+    print(f"ActivityUnavailableError: {exc}")

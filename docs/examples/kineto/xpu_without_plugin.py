@@ -1,0 +1,31 @@
+"""IPEX Kineto-supported profiler guide, "Add Profiler Into Script", with the XPU activity as written.
+
+Run: ``python -m polyprof run xpu_without_plugin.py``. XPU activity is recorded by the
+``polyprof-xpu`` plugin. When it is not installed, entering the profile raises
+``polyprof.errors.ActivityUnavailableError`` (a ``ValueError``) whose message names the
+distribution to install, and nothing is left running; this script prints that message.
+(torch without an XPU backend warns and profiles the CPU only.)
+
+Adapted only where the machine has no Intel GPU: ``import intel_extension_for_pytorch`` is
+dropped and ``device='xpu:0'`` became ``'cpu'``. The ``try``/``except`` around the guide's
+code is added so that the example ends normally.
+"""
+
+# The guide's code is kept as written (its import order, imports and nesting).
+# ruff: noqa: I001
+
+import torch
+from torch.profiler import profile, ProfilerActivity
+
+from polyprof.errors import ActivityUnavailableError
+
+input_tensor = torch.randn(1024, dtype=torch.float32, device='cpu')
+
+try:
+    with profile(activities=[ProfilerActivity.CPU,
+                             ProfilerActivity.XPU]) as prof:
+        output_tensor_1 = torch.nonzero(input_tensor)
+        output_tensor_2 = torch.unique(input_tensor)
+    print(prof.key_averages().table())
+except ActivityUnavailableError as exc:
+    print(f"ActivityUnavailableError: {exc}")

@@ -516,8 +516,16 @@ def test_itt_ranges_and_emit_itt_reach_collector(collector: Path, tmp_path: Path
         assert depth > 0 or i == len(rest) - 1
 
 
-def test_seed_recipe_through_polyprof_run(collector: Path, tmp_path: Path) -> None:
-    """The VTune recipe's sample, spelled with polyprof's names, under ``polyprof run``."""
+@pytest.mark.parametrize(
+    "emit, rng",
+    [
+        ("polyprof.itt.emit_itt", "polyprof.itt.range"),
+        # The recipe's own spelling: the shims put polyprof's emit_itt behind torch's name.
+        ("torch.autograd.profiler.emit_itt", "torch.profiler.itt.range"),
+    ],
+)
+def test_seed_recipe_through_polyprof_run(collector: Path, tmp_path: Path, emit: str, rng: str) -> None:
+    """The VTune recipe's sample under ``polyprof run``, with polyprof's names and unchanged."""
     (tmp_path / "sample.py").write_text(
         textwrap.dedent(
             """
@@ -540,15 +548,15 @@ def test_seed_recipe_through_polyprof_run(collector: Path, tmp_path: Path) -> No
             def main():
               m = ITTSample()
               x = torch.rand(2, 3, 16, 16)
-              with polyprof.itt.emit_itt():
+              with EMIT():
                 for i in range(3):
-                  with polyprof.itt.range(f'iteration_{i}'):
+                  with RANGE(f'iteration_{i}'):
                     m(x)
 
             if __name__ == '__main__':
               main()
             """
-        )
+        ).replace("EMIT", emit).replace("RANGE", rng)
     )
     lines = _run_with_collector(collector, tmp_path, "", "-m", "polyprof", "run", "sample.py")
     tasks = _tasks(lines, "PyTorch")

@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     for workload in ("tiny", "convnet"):
         t, p = results[(workload, "torch")], results[(workload, "polyprof")]
         rows = [
+            ("unprofiled loop (s)", lambda r: r["unprofiled_s"]),
+            ("profiled loop (s)", lambda r: r["profiled_loop_s"]),
             ("loop overhead (x unprofiled)", lambda r: r["profiled_loop_s"] / r["unprofiled_s"]),
             ("exit-to-table (s)", lambda r: r["exit_to_table_s"]),
             ("export chrome trace (s)", lambda r: r["export_s"]),

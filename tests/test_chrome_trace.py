@@ -775,39 +775,11 @@ def test_export_to_missing_directory_fails_first_and_leaves_nothing(
     assert os.listdir(tmp_path) == []
 
 
-def _run_unprivileged(fn: Callable[[], str]) -> str:
-    """Run ``fn`` where directory permissions apply (as "nobody" in a fork when root)."""
-    if os.geteuid() != 0:
-        return fn()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.close(read_end)
-            os.setgid(65534)
-            os.setuid(65534)
-            result = fn()
-        except BaseException as exc:
-            result, code = f"child failed: {exc!r}", 1
-        with os.fdopen(write_end, "w") as out:
-            out.write(result)
-        os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end) as inp:
-        result = inp.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.WEXITSTATUS(status) == 0, result
-    return result
-
-
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
-def test_export_to_read_only_directory_fails_clearly_and_leaves_nothing() -> None:
-    parent = tempfile.mkdtemp(prefix="polyprof-ro-")
-    os.chmod(parent, 0o755)
-    readonly = os.path.join(parent, "ro")
-    os.mkdir(readonly)
-    os.chmod(readonly, 0o555)
+def test_export_to_read_only_directory_fails_clearly_and_leaves_nothing(
+    readonly_dir: tuple[str, str], run_unprivileged
+) -> None:
+    _, readonly = readonly_dir
     target = os.path.join(readonly, "t.json")
     trace = gpu_shaped_trace()
 
@@ -818,15 +790,10 @@ def test_export_to_read_only_directory_fails_clearly_and_leaves_nothing() -> Non
             return str(exc)
         return "no error"
 
-    try:
-        assert _run_unprivileged(attempt) == (
-            f"cannot write {target!r}: no write permission for directory {readonly!r}"
-        )
-        assert os.listdir(readonly) == []
-    finally:
-        os.chmod(readonly, 0o755)
-        os.rmdir(readonly)
-        os.rmdir(parent)
+    assert run_unprivileged(attempt) == (
+        f"cannot write {target!r}: no write permission for directory {readonly!r}"
+    )
+    assert os.listdir(readonly) == []
 
 
 @pytest.mark.parametrize("suffix", [".json", ".json.gz"])

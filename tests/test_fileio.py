@@ -8,7 +8,6 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,6 @@ from polyprof.fileio import (
     is_gzip_path,
 )
 
-NOBODY_UID = 65534
 
 
 def entries(directory: Path) -> list[str]:
@@ -226,51 +224,12 @@ def test_atomic_writer_to_missing_directory_fails_before_the_block_runs(tmp_path
     assert ran == [] and entries(tmp_path) == []
 
 
-def _world_traversable_readonly_dir() -> tuple[str, str]:
-    """A 0o555 directory whose parents an unprivileged user can traverse."""
-    parent = tempfile.mkdtemp(prefix="polyprof-ro-", dir="/tmp" if os.path.isdir("/tmp") else None)
-    os.chmod(parent, 0o755)
-    readonly = os.path.join(parent, "ro")
-    os.mkdir(readonly)
-    os.chmod(readonly, 0o555)
-    return parent, readonly
-
-
-def run_unprivileged(fn: Callable[[], str]) -> str:
-    """Run ``fn`` where the file system's permissions apply; return its result.
-
-    Root ignores directory permissions, so as root ``fn`` runs in a forked
-    child that has switched to the "nobody" user; the result comes back
-    through a pipe.
-    """
-    if os.geteuid() != 0:
-        return fn()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        code = 0
-        try:
-            os.close(read_end)
-            os.setgid(NOBODY_UID)
-            os.setuid(NOBODY_UID)
-            result = fn()
-        except BaseException as exc:  # report anything, never run the parent's code
-            result, code = f"child failed: {exc!r}", 1
-        with os.fdopen(write_end, "w") as out:
-            out.write(result)
-        os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end) as inp:
-        result = inp.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.WEXITSTATUS(status) == 0, result
-    return result
-
-
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
 @pytest.mark.parametrize("skip_early_check", [False, True], ids=["early-check", "on-create"])
-def test_read_only_directory_gives_clear_permission_error_and_no_file(skip_early_check: bool) -> None:
-    parent, readonly = _world_traversable_readonly_dir()
+def test_read_only_directory_gives_clear_permission_error_and_no_file(
+    skip_early_check: bool, readonly_dir: tuple[str, str], run_unprivileged
+) -> None:
+    _, readonly = readonly_dir
     target = os.path.join(readonly, "t.json")
 
     def attempt() -> str:
@@ -288,12 +247,7 @@ def test_read_only_directory_gives_clear_permission_error_and_no_file(skip_early
             os.access = real_access  # type: ignore[assignment]
         return "no error"
 
-    try:
-        result = run_unprivileged(attempt)
-        message = f"cannot write {target!r}: no write permission for directory {readonly!r}"
-        assert result == f"OutputPermissionError|True|{message}"
-        assert os.listdir(readonly) == []
-    finally:
-        os.chmod(readonly, 0o755)
-        os.rmdir(readonly)
-        os.rmdir(parent)
+    result = run_unprivileged(attempt)
+    message = f"cannot write {target!r}: no write permission for directory {readonly!r}"
+    assert result == f"OutputPermissionError|True|{message}"
+    assert os.listdir(readonly) == []

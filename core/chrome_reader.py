@@ -30,7 +30,7 @@ from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
 from polyprof.events import DeviceType, EventBatch, EventKind
-from polyprof.trace import Trace
+from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, CONFIG_FLAG_KEYS, Trace
 
 log = get_logger(__name__)
 
@@ -212,20 +212,8 @@ _GENERATED_KEYS = {
     "device": ("External id", "device", "stream", "correlation"),
     "call": ("External id", "correlation"),
 }
-_FLAG_KEYS = ("profile_memory", "with_stack", "record_shapes", "with_modules", "with_flops")
-_SKELETON_KEYS = frozenset(
-    {
-        "schemaVersion",
-        "deviceProperties",
-        "displayTimeUnit",
-        "baseTimeNanoseconds",
-        "traceEvents",
-        "traceName",
-        "trace_id",
-        "host_name",
-        *_FLAG_KEYS,
-    }
-)
+_FLAG_KEYS = CONFIG_FLAG_KEYS
+_SKELETON_KEYS = CHROME_TRACE_RESERVED_KEYS | {"trace_id", "host_name", *CONFIG_FLAG_KEYS}
 
 
 def _kind_of(category: Any) -> tuple[EventKind, DeviceType] | None:

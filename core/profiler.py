@@ -27,6 +27,7 @@ from polyprof.activity import ProfilerActivity, coerce_activity
 from polyprof.config import ProfileConfig
 from polyprof.record import record_function
 from polyprof.schedule import ProfilerAction, coerce_action, default_schedule
+from polyprof.trace import CONFIG_FLAG_KEYS
 
 log = get_logger(__name__)
 
@@ -100,13 +101,12 @@ def _experimental_flags(experimental_config: Any) -> dict[str, bool]:
         state = experimental_config.__getstate__()
     except Exception:  # noqa: BLE001 - older torch: no pickling support
         state = None
-    text = repr(state)
     if isinstance(state, tuple) and state:
         flags["verbose"] = _state_flag(state, "verbose")
         flags["profile_all_threads"] = _state_flag(state, "profile_all_threads")
         flags["capture_overload_names"] = _state_flag(state, "capture_overload_names")
     else:
-        log.debug("experimental_config_unreadable", state=text)
+        log.debug("experimental_config_unreadable", state=repr(state))
         flags["capture_overload_names"] = True
     return flags
 
@@ -279,7 +279,7 @@ class profile:  # noqa: N801 - torch's name
         if not self._prepared:
             self.prepare_trace()
         self._cycle_metadata = {}
-        for flag in ("profile_memory", "with_stack", "record_shapes", "with_modules", "with_flops"):
+        for flag in CONFIG_FLAG_KEYS:
             if getattr(self, flag):
                 self._cycle_metadata[flag] = "1"
         dist_info = _distributed_info()

@@ -10,6 +10,14 @@ import attrs
 from polyprof.config import ProfileConfig
 from polyprof.events import EventBatch
 
+#: ProfileConfig flags torch writes as top-level trace metadata (``1`` when set), in torch's order.
+CONFIG_FLAG_KEYS = ("profile_memory", "with_stack", "record_shapes", "with_modules", "with_flops")
+
+#: Top-level keys of Kineto's Chrome trace format itself; user metadata may not reuse them.
+CHROME_TRACE_RESERVED_KEYS = frozenset(
+    {"schemaVersion", "deviceProperties", "displayTimeUnit", "baseTimeNanoseconds", "traceEvents", "traceName"}
+)
+
 
 @attrs.frozen(eq=False)
 class Trace:

@@ -47,7 +47,7 @@ from polyprof.config import ProfileConfig
 from polyprof.events import DeviceType, EventBatch, EventKind
 from polyprof.fileio import atomic_writer, check_writable_path
 from polyprof.hookspecs import hookimpl
-from polyprof.trace import Trace
+from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, CONFIG_FLAG_KEYS, Trace
 
 log = get_logger(__name__)
 
@@ -62,19 +62,7 @@ OVERHEAD_SORT_INDEX = 0x100000
 SPANS_SORT_INDEX = 0x20000000
 
 #: Keys that Kineto itself places at the top level; metadata may not reuse them.
-RESERVED_TOP_LEVEL_KEYS = frozenset(
-    {
-        "schemaVersion",
-        "deviceProperties",
-        "displayTimeUnit",
-        "baseTimeNanoseconds",
-        "traceEvents",
-        "traceName",
-    }
-)
-
-#: ProfileConfig flag -> metadata key, in the order torch adds them.
-CONFIG_FLAG_KEYS = ("profile_memory", "with_stack", "record_shapes", "with_modules", "with_flops")
+RESERVED_TOP_LEVEL_KEYS = CHROME_TRACE_RESERVED_KEYS
 
 #: Chrome trace category of each kind whose category does not depend on the device.
 CATEGORY_BY_KIND: dict[EventKind, str] = {

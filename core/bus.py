@@ -923,17 +923,6 @@ class EventBus:
         """The bus thread, once started."""
         return self._engine.loop_thread
 
-    def native_thread_ids(self) -> frozenset[int]:
-        """OS ids of the threads the bus runs code on (its loop thread and its workers).
-
-        A CPU tracer that records every thread's Python frames (``with_stack``)
-        leaves these out: they are polyprof's, not the profiled program's.
-        """
-        engine = self._engine
-        with engine._worker_threads_lock:
-            threads = [engine.loop_thread, *engine._worker_threads]
-        return frozenset(t.native_id for t in threads if t is not None and t.native_id is not None)
-
     def start(self) -> None:
         """Start the bus thread now (otherwise the first attach does). Idempotent.
 

@@ -42,7 +42,9 @@ def _torch_itt() -> Any:
     try:
         import torch._C
     except ImportError as exc:
-        raise RuntimeError(_NOT_INSTALLED.format(why=f"cannot be imported: torch is not installed ({exc})"))
+        raise RuntimeError(
+            _NOT_INSTALLED.format(why=f"cannot be imported: torch is not installed ({exc})")
+        ) from exc
     binding = getattr(torch._C, "_itt", None)
     if binding is None:
         raise RuntimeError(_NOT_INSTALLED.format(why=f"this torch build ({torch.__version__}) lacks"))

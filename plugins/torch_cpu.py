@@ -418,6 +418,14 @@ class TorchCpuTracer(Tracer):
         self.outbox.put(result)
         self.outbox.close()
 
+    def toggle_collection(self, enable: bool, activities: frozenset[ProfilerActivity]) -> None:
+        """Pause or resume recording without ending it (torch's ``_toggle_collection_dynamic``)."""
+        from torch._C._autograd import _toggle_collection_dynamic
+        from torch._C._profiler import ProfilerActivity as TorchActivity
+
+        if ProfilerActivity.CPU in activities and self._state == "running":
+            _toggle_collection_dynamic(enable, {TorchActivity.CPU})
+
     def decode(self, item: Any) -> list[EventBatch]:
         batch, facts = decode_result(item, self.config)
         self._result_start_ns = facts["start_ns"]

@@ -287,3 +287,20 @@ def test_a_tracer_that_fails_to_decode_is_a_warning_not_silence() -> None:
             tiny_step()
     assert any(e.key == "aten::add" for e in prof.key_averages())  # the CPU tracer's events are intact
     assert any("broken" in note for note in prof.trace.notes)
+
+
+def test_toggle_collection_dynamic_pauses_cpu_ops() -> None:
+    def count(prof, key):
+        return sum(e.count for e in prof.key_averages() if e.key == key)
+
+    for prof_cls in (tp.profile, polyprof.profile):
+        with prof_cls(activities=[tp.ProfilerActivity.CPU]) as prof:
+            torch.ones(2).mul(2)
+            prof.toggle_collection_dynamic(False, [tp.ProfilerActivity.CPU])
+            torch.ones(2).mul(3)
+            prof.toggle_collection_dynamic(True, [tp.ProfilerActivity.CPU])
+            torch.ones(2).mul(4)
+        if prof_cls is tp.profile:
+            expected = count(prof, "aten::mul")
+        else:
+            assert count(prof, "aten::mul") == expected == 2

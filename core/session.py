@@ -18,6 +18,7 @@ import attrs
 
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity, coerce_activity
+from polyprof.attribution import link_launches
 from polyprof.components import Aggregator, Exporter, Subscriber, Tracer
 from polyprof.bus import EventBus
 from polyprof.config import ProfileConfig
@@ -238,7 +239,8 @@ class Session:
             notes.extend(meta.get("notes", ()))
             device_properties.extend(meta.get("device_properties", ()))
             extra_meta.update(meta.get("metadata_json", {}))
-        events = concat(self.collector.take())
+        # Device tracers' API calls learn which CPU op launched them (polyprof.attribution).
+        events = concat(link_launches(self.collector.take()))
         starts = facts.get("start_ns") or [int(events["start_ns"].min()) if len(events) else 0]
         ends = facts.get("end_ns") or [int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0]
         stats = self.bus.statistics()

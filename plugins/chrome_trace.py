@@ -191,6 +191,12 @@ def _fragment_is_valid(fragment: str) -> bool:
 _DIGITS = "0123456789"
 
 
+def _shape(fragment: str) -> str:
+    """The fragment with its trailing digits, if any, replaced by one ``0``."""
+    stripped = fragment.rstrip(_DIGITS)
+    return stripped + "0" if len(stripped) != len(fragment) else fragment
+
+
 def _clean_fragments(table: Sequence[Any]) -> list[str | None]:
     """Validate the interned args fragments; repair or quarantine broken ones.
 
@@ -201,18 +207,18 @@ def _clean_fragments(table: Sequence[Any]) -> list[str | None]:
     """
     # Whitespace around a fragment is harmless JSON; a blank one is no fragment.
     cleaned: list[str | None] = [v if isinstance(v, str) and v and not v.isspace() else None for v in table]
-    shapes = {t.rstrip(_DIGITS) for t in cleaned if t is not None}
+    shapes = {_shape(t) for t in cleaned if t is not None}
     if not shapes:
         return cleaned
     try:  # one C-speed parse for the common case where everything is valid
-        orjson.loads("[{" + "0},{".join(shapes) + "0}]")
+        orjson.loads("[{" + "},{".join(shapes) + "}]")
         return cleaned
     except orjson.JSONDecodeError:
         pass
-    bad_shapes = {shape for shape in shapes if not _fragment_is_valid(shape + "0")}
+    bad_shapes = {shape for shape in shapes if not _fragment_is_valid(shape)}
     repaired = 0
     for i, text in enumerate(cleaned):
-        if text is None or text.rstrip(_DIGITS) not in bad_shapes:
+        if text is None or _shape(text) not in bad_shapes:
             continue
         sanitized = text.replace("\\", "/").replace("\n", "")
         if _fragment_is_valid(sanitized):
@@ -623,7 +629,8 @@ def _ac2g_flows(cols: _Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Flow id, type and start flag per event, adding CPU->device flows Kineto draws.
 
     Explicit ``flow_*`` columns win. A device activity without one gets an
-    ``ac2g`` flow to the runtime call with the same correlation id.
+    ``ac2g`` flow to the runtime call with the same correlation id (or the
+    driver call, when no runtime call has it).
     """
     flow_id = cols.col("flow_id").astype(np.int64).copy()
     flow_type = cols.col("flow_type").astype(np.int64).copy()
@@ -634,6 +641,11 @@ def _ac2g_flows(cols: _Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if not launched.any():
         return flow_id, flow_type, flow_start
     runtime = (cols.kind == int(EventKind.RUNTIME)) & (flow_id == 0) & (corr != 0)
+    # A driver call launches when no runtime call carries its id (cuLaunchKernel called directly,
+    # or a backend that records driver calls only), as Kineto draws it.
+    driver = (cols.kind == int(EventKind.DRIVER)) & (flow_id == 0) & (corr != 0)
+    if driver.any():
+        runtime = runtime | (driver & ~np.isin(corr, corr[runtime]))
     linked_corr = np.intersect1d(corr[launched], corr[runtime])
     if not len(linked_corr):
         return flow_id, flow_type, flow_start

@@ -1389,3 +1389,54 @@ def test_names_torch_cannot_write_are_fine_here(tmp_path: Path) -> None:
     )
     doc = export(trace, tmp_path / "ours.json")
     assert name in {e["name"] for e in events_of(doc, "X")}
+
+
+def test_valid_fragments_not_ending_in_digits_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from polyprof.plugins import chrome_trace
+
+    def must_not_repair(fragment: str) -> bool:
+        raise AssertionError(f"valid fragment sent to the repair path: {fragment!r}")
+
+    monkeypatch.setattr(chrome_trace, "_fragment_is_valid", must_not_repair)
+    table = ('"grid": [1, 1, 1], "block": [128, 1, 1]', '"kind": "Memcpy HtoD"', '"Ev Idx": 12', '"x": 1.5')
+    assert chrome_trace._clean_fragments(table) == list(table)
+
+
+def test_ac2g_flow_starts_at_a_driver_launch_when_no_runtime_call_has_its_id(tmp_path: Path) -> None:
+    cuda = int(DeviceType.CUDA)
+
+    def host(kind: EventKind, name: str, corr: int, start: int) -> dict:
+        return {
+            "kind": kind,
+            "name": name,
+            "start_ns": T0 + start,
+            "dur_ns": 100,
+            "pid": PID,
+            "tid": TID,
+            "correlation_id": corr,
+            "device_type": cuda,
+        }
+
+    def kernel(name: str, corr: int, start: int) -> dict:
+        return {
+            "kind": EventKind.KERNEL,
+            "name": name,
+            "start_ns": T0 + start,
+            "dur_ns": 500,
+            "correlation_id": corr,
+            "device_type": cuda,
+            "stream": 7,
+        }
+
+    rows = [
+        host(EventKind.DRIVER, "cuLaunchKernel", 50, 0),  # driver-only backend (cupti-python 12.x)
+        kernel("k_driver", 50, 1_000),
+        host(EventKind.RUNTIME, "cudaLaunchKernel", 60, 2_000),
+        host(EventKind.DRIVER, "cuLaunchKernel", 60, 2_010),  # same id: the runtime call starts the flow
+        kernel("k_runtime", 60, 3_000),
+    ]
+    doc = export(make_trace(batch_from_rows(rows)), tmp_path / "t.json")
+    starts = {f["id"]: f for f in events_of(doc, "s")}
+    assert set(starts) == {50, 60} and {f["id"] for f in events_of(doc, "f")} == {50, 60}
+    assert ns_of(starts[50]["ts"]) == T0 - BASE
+    assert ns_of(starts[60]["ts"]) == T0 + 2_000 - BASE, "the runtime call, not the driver call it made"

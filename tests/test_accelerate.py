@@ -471,17 +471,15 @@ def test_handler_export_with_output_trace_dir_is_tolerated(
     assert handler_trace["traceEvents"] == exit_trace["traceEvents"]
 
 
-def test_gpu_activity_without_its_plugin_is_a_clear_error(fresh_accelerate_state: None) -> None:
+def test_gpu_activity_without_its_plugin_is_a_clear_error(
+    fresh_accelerate_state: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The guide's ``activities=["cpu", "cuda"]`` on a machine without polyprof's CUDA plugin.
 
     torch would warn and profile the CPU only; polyprof refuses, naming what to install.
     """
-    from importlib import metadata
-
     from polyprof.errors import ActivityUnavailableError
 
-    with contextlib.suppress(metadata.PackageNotFoundError):
-        metadata.distribution("polyprof-cuda")
-        pytest.skip("polyprof-cuda is installed: CUDA can be recorded")
+    monkeypatch.setenv("POLYPROF_DISABLE_PLUGIN_AUTOLOAD", "1")  # as without polyprof-cuda installed
     with shim.shimmed(), pytest.raises(ActivityUnavailableError, match="polyprof-cuda"):
         profile_tiny_net(ProfileKwargs(activities=["cpu", "cuda"]))

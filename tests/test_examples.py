@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 import attrs
@@ -260,11 +261,30 @@ def test_legacy_chrome_trace_is_a_json_array(runs: dict[str, Run]) -> None:
     assert not [p for p in run.workdir.iterdir() if p.name != "trace_file.json"], "stray files written"
 
 
+def _xpu_plugin_installed() -> bool:
+    try:
+        metadata.distribution("polyprof-xpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def check_xpu_without_a_usable_plugin(run: Run) -> None:
+    """No polyprof-xpu: the error names it. Installed, but no Intel GPU here: a warning, CPU only."""
+    if not _xpu_plugin_installed():
+        assert run.stdout.strip() == (
+            "ActivityUnavailableError: ProfilerActivity.XPU needs the polyprof-xpu plugin: pip install polyprof-xpu"
+        )
+        return
+    assert "XPU profiling is not available here" in run.stderr
+    assert "ActivityUnavailableError" not in run.stdout
+    table = only_table(run.stdout)
+    assert table.columns == CPU_COLUMNS
+    assert set(GUIDE_OPS) <= {row[0] for row in table.rows}
+
+
 def test_legacy_use_xpu_without_plugin_names_polyprof_xpu(runs: dict[str, Run]) -> None:
-    run = ok(runs, "legacy_xpu_without_plugin")
-    assert run.stdout.strip() == (
-        "ActivityUnavailableError: ProfilerActivity.XPU needs the polyprof-xpu plugin: pip install polyprof-xpu"
-    )
+    check_xpu_without_a_usable_plugin(ok(runs, "legacy_xpu_without_plugin"))
 
 
 # ------------------------------------------------------------------ IPEX Kineto profiler
@@ -327,10 +347,7 @@ def test_kineto_multi_device_writes_a_kineto_trace(runs: dict[str, Run]) -> None
 
 
 def test_kineto_xpu_without_plugin_names_polyprof_xpu(runs: dict[str, Run]) -> None:
-    run = ok(runs, "kineto_xpu_without_plugin")
-    assert run.stdout.strip() == (
-        "ActivityUnavailableError: ProfilerActivity.XPU needs the polyprof-xpu plugin: pip install polyprof-xpu"
-    )
+    check_xpu_without_a_usable_plugin(ok(runs, "kineto_xpu_without_plugin"))
 
 
 # ------------------------------------------------------------------ PyTorch profiler notes

@@ -100,7 +100,9 @@ def test_unknown_activity_lists_valid_choices() -> None:
         polyprof.profile(activities=["gpu"])
 
 
-def test_activity_without_plugin_names_distribution() -> None:
+def test_activity_without_plugin_names_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As on a machine without polyprof-cuda (CI installs it: third-party autoload off hides it).
+    monkeypatch.setenv("POLYPROF_DISABLE_PLUGIN_AUTOLOAD", "1")
     prof = polyprof.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
     with pytest.raises(ActivityUnavailableError, match="polyprof-cuda"):
         prof.start()

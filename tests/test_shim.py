@@ -372,7 +372,10 @@ def test_autograd_profile_arguments_map_as_documented() -> None:
     assert prof.activity_filters == {polyprof.ProfilerActivity.CPU: frozenset({"cpu_op"})}
 
 
-def test_autograd_profile_for_a_device_without_its_plugin_names_the_distribution() -> None:
+def test_autograd_profile_for_a_device_without_its_plugin_names_the_distribution(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("POLYPROF_DISABLE_PLUGIN_AUTOLOAD", "1")  # keeps an installed polyprof-cuda out
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         prof = shim.AutogradProfile(use_cuda=True)

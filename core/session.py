@@ -8,8 +8,10 @@ collector is per thread); their data reaches the collector over the bus.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -49,6 +51,25 @@ class TraceCollector(Subscriber):
         return batches
 
 
+#: Frames to look past when a warning should point at the user's code: polyprof's own
+#: modules, and contextlib's (``with`` blocks entered through a context manager helper).
+_INTERNAL_PREFIXES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, contextlib.__file__)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning point at the first frame outside polyprof.
+
+    Sessions are driven from several entry points (``profile.__enter__``,
+    ``start``, ``step``, the legacy profile, the shims), each at its own depth.
+    """
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL_PREFIXES):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
 def resolve_activities(
     pm: Any, requested: frozenset[ProfilerActivity] | None
 ) -> frozenset[ProfilerActivity]:
@@ -79,7 +100,7 @@ def resolve_activities(
             f"ProfilerActivity.{act.name}"
         )
         log.warning("activity_unavailable", activity=act.name, reason=unusable)
-        warnings.warn(message, ActivityUnavailableWarning, stacklevel=5)
+        warnings.warn(message, ActivityUnavailableWarning, stacklevel=user_stacklevel())
     if not usable:
         raise ActivityUnavailableError(
             "No activities left to profile: every requested activity is unavailable here "
@@ -222,7 +243,7 @@ class Session:
                 f"polyprof: tracer {name!r} failed to decode what it recorded; its events are missing from "
                 "the results (the error is in the 'polyprof.bus' log)",
                 RuntimeWarning,
-                stacklevel=5,
+                stacklevel=user_stacklevel(),
             )
         return failed
 

@@ -306,3 +306,43 @@ def test_toggle_collection_dynamic_pauses_cpu_ops() -> None:
             expected = count(prof, "aten::mul")
         else:
             assert count(prof, "aten::mul") == expected == 2
+
+
+def test_unavailable_activity_warning_points_at_the_users_line() -> None:
+    from polyprof import legacy
+    from polyprof.components import Capabilities
+    from polyprof.hookspecs import hookimpl
+    from polyprof.session import ActivityUnavailableWarning
+    from polyprof.testing import make_plugin_manager_for_tests
+
+    class NoDevicePlugin:
+        @hookimpl
+        def polyprof_capabilities(self) -> Capabilities:
+            return Capabilities(activities=[ProfilerActivity.XPU], unavailable_reason="no device here")
+
+    # Each entry point reaches the session at its own depth; the warning must name this file.
+    profiles = {
+        "with profile": lambda pm: polyprof.profile(activities=["cpu", "xpu"], plugin_manager=pm),
+        "profile.start": lambda pm: polyprof.profile(activities=["cpu", "xpu"], plugin_manager=pm),
+        "legacy": lambda pm: legacy.profile(use_xpu=True, plugin_manager=pm),
+    }
+    for how, make in profiles.items():
+        pm = make_plugin_manager_for_tests(("nodevice", NoDevicePlugin()), builtins=True)
+        prof = make(pm)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                if how == "profile.start":
+                    prof.start()
+                else:
+                    prof.__enter__()
+            found = [w for w in caught if issubclass(w.category, ActivityUnavailableWarning)]
+            assert len(found) == 1, how
+            assert found[0].filename == __file__, (how, found[0].filename)
+            assert "no device here" in str(found[0].message)
+        finally:
+            if how == "profile.start":
+                prof.stop()
+            else:
+                prof.__exit__(None, None, None)
+            pm.close()

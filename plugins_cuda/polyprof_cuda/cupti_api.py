@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import importlib.metadata
+import importlib.util
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -29,7 +30,14 @@ DEVICE_KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMCPY2", "MEMSET")
 HOST_KINDS = ("RUNTIME", "DRIVER", "SYNCHRONIZATION", "OVERHEAD")
 
 #: ``cupti.Result`` names that mean "another CUPTI client holds the subscriber".
-SUBSCRIBER_CONFLICT_RESULTS = frozenset({"ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED", "ERROR_MAX_LIMIT_REACHED"})
+SUBSCRIBER_CONFLICT_RESULTS = frozenset(
+    {"ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED", "ERROR_MAX_LIMIT_REACHED"}
+)
+
+#: The driver library cupti-python loads (by this soname, through the dynamic loader's search).
+DRIVER_SONAME = "libcuda.so.1"
+#: The reason given when there is no driver, whichever check noticed it.
+NO_DRIVER_REASON = f"no NVIDIA driver ({DRIVER_SONAME} not found)"
 
 #: Buffer size handed to CUPTI per request: Kineto uses 4 MiB ("CUPTI recommends 1 to 10 MB").
 BUFFER_SIZE_BYTES = 4 * 1024 * 1024
@@ -82,6 +90,28 @@ class CuptiApi:
         if self._module is None:
             self._module = importlib.import_module("cupti.cupti")
         return self._module
+
+    def binding_installed(self) -> bool:
+        """True when cupti-python is installed (found without importing it)."""
+        if self._module is not None:
+            return True
+        try:
+            return importlib.util.find_spec("cupti") is not None
+        except (ImportError, ValueError):
+            return False
+
+    def driver_present(self) -> bool:
+        """True when the dynamic loader finds ``libcuda.so.1`` (the NVIDIA driver).
+
+        ``dlopen`` by soname, as cupti-python does, so ``LD_LIBRARY_PATH`` and the
+        loader cache count; without a driver this answers in microseconds, where
+        importing cupti-python just to hear the same takes about 0.4 s.
+        """
+        try:
+            ctypes.CDLL(DRIVER_SONAME)
+        except OSError:
+            return False
+        return True
 
     def version(self) -> str:
         """cupti-python's distribution version ("13.4.0"), or "unknown"."""
@@ -273,12 +303,16 @@ def classify_exception(exc: BaseException, binding_version: str = "unknown") -> 
         )
     if status is not None and type(exc).__name__ == "cuptiError":
         name = _result_name(status)
-        return CuptiFailure(name, _CUPTI_RESULT_REASONS.get(name, f"CUPTI failed with {name} ({int(status)})"))
+        return CuptiFailure(
+            name, _CUPTI_RESULT_REASONS.get(name, f"CUPTI failed with {name} ({int(status)})")
+        )
     if isinstance(exc, NotImplementedError):
-        return CuptiFailure("KIND_UNSUPPORTED", f"cupti-python {binding_version} does not support this: {text}")
+        return CuptiFailure(
+            "KIND_UNSUPPORTED", f"cupti-python {binding_version} does not support this: {text}"
+        )
     if isinstance(exc, RuntimeError):
         if "driver is not found" in text or ("libcuda" in text and "cannot open" in text):
-            return CuptiFailure("NO_DRIVER", "no NVIDIA driver (libcuda.so.1 not found)")
+            return CuptiFailure("NO_DRIVER", NO_DRIVER_REASON)
         if "or later driver is supported" in text:
             return CuptiFailure(
                 "DRIVER_TOO_OLD",

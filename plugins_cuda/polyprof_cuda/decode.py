@@ -42,7 +42,16 @@ INVALID_U32 = 0xFFFFFFFF
 #: ``ActivityMemcpyKind`` -> Kineto's spelling (libkineto ``memcpyKindString``).
 MEMCPY_KINDS = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP")
 #: ``ActivityMemoryKind`` -> Kineto's spelling (``memoryKindString``).
-MEMORY_KINDS = ("Unknown", "Pageable", "Pinned", "Device", "Array", "Managed", "Device Static", "Managed Static")
+MEMORY_KINDS = (
+    "Unknown",
+    "Pageable",
+    "Pinned",
+    "Device",
+    "Array",
+    "Managed",
+    "Device Static",
+    "Managed Static",
+)
 #: ``ActivitySynchronizationType`` -> Kineto's spelling (``syncTypeString``).
 SYNC_TYPES = ("Unknown", "Event Sync", "Stream Wait Event", "Stream Sync", "Context Sync")
 #: ``ActivityOverheadKind`` -> Kineto's spelling (``overheadKindString``).
@@ -77,6 +86,8 @@ KERNEL_FIELDS = (
     ("static_shared_memory", 0),
     ("dynamic_shared_memory", 0),
     ("name", ""),
+    # CUPTI_TIMESTAMP_UNKNOWN (0) unless latency timestamps are enabled, which the tracer does not do.
+    ("queued", 0),
 )
 MEMCPY_FIELDS = (
     ("start", 0),
@@ -202,7 +213,9 @@ class _Rows:
             spec = FIELDS[field]
             columns[field] = np.concatenate(
                 [
-                    p[field].astype(spec.dtype, copy=False) if field in p else np.full(n, spec.default, spec.dtype)
+                    p[field].astype(spec.dtype, copy=False)
+                    if field in p
+                    else np.full(n, spec.default, spec.dtype)
                     for p, n in zip(self.parts, n_parts, strict=True)
                 ]
             )
@@ -325,10 +338,13 @@ class RecordDecoder:
         keep = np.flatnonzero(timed)
         demangle = _demangler()
         names = [demangle(n) if n else "<unnamed kernel>" for n in (c["name"][i] for i in keep.tolist())]
+        # Kineto's "queued": the raw value, 0 when unknown; a known one is put on polyprof's clock like start.
+        raw_queued = _int_column(c["queued"])
+        queued = np.where(raw_queued > 0, raw_queued + self.offset_ns, 0).tolist()
         key_columns = [c[f] for f in ("context_id", "device_id", "grid_x", "grid_y", "grid_z")]
         key_columns += [c[f] for f in ("block_x", "block_y", "block_z", "registers_per_thread")]
         smem = (_int_column(c["static_shared_memory"]) + _int_column(c["dynamic_shared_memory"])).tolist()
-        keys = [tuple(col[i] for col in key_columns) + (smem[i],) for i in keep.tolist()]
+        keys = [(queued[i],) + tuple(col[i] for col in key_columns) + (smem[i],) for i in keep.tolist()]
         fragments: dict[tuple, str] = {}
         args = []
         for key in keys:
@@ -348,10 +364,23 @@ class RecordDecoder:
         return len(group) - len(keep), 0
 
     def _kernel_args(
-        self, context: int, device: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, regs: int, smem: int
+        self,
+        queued: int,
+        context: int,
+        device: int,
+        gx: int,
+        gy: int,
+        gz: int,
+        bx: int,
+        by: int,
+        bz: int,
+        regs: int,
+        smem: int,
     ) -> str:
-        # Ends with a number, like Kineto's (whose last key is "est. achieved occupancy %").
-        parts = [f'"context": {context}', f'"grid": [{gx}, {gy}, {gz}]', f'"block": [{bx}, {by}, {bz}]']
+        # Kineto's keys in Kineto's order (the exporter adds device, stream and correlation itself);
+        # ends with a number, like Kineto's (whose last key is "est. achieved occupancy %").
+        parts = [f'"queued": {queued}', f'"context": {context}']
+        parts += [f'"grid": [{gx}, {gy}, {gz}]', f'"block": [{bx}, {by}, {bz}]']
         parts += [f'"registers per thread": {regs}', f'"shared memory": {smem}']
         sms = self.sm_count(device)
         if sms:
@@ -455,7 +484,9 @@ class RecordDecoder:
         cbid = _int_column(c["cbid"])
         is_runtime = name == "RUNTIME"
         flags = np.full(len(group), is_runtime), np.full(len(group), not is_runtime)
-        wanted = self.api_filter.keep(*flags, cbid) if self.api_filter is not None else np.ones(len(group), bool)
+        wanted = (
+            self.api_filter.keep(*flags, cbid) if self.api_filter is not None else np.ones(len(group), bool)
+        )
         keep = np.flatnonzero(timed & wanted)
         table = self.runtime_names if is_runtime else self.driver_names
         cbids = cbid[keep].tolist()
@@ -464,7 +495,9 @@ class RecordDecoder:
         if self.thread_map:
             tid = np.array([self.thread_map.get(t, t) for t in tid.tolist()], dtype=np.int64)
         rows.add(
-            kind=np.full(len(keep), int(EventKind.RUNTIME if is_runtime else EventKind.DRIVER), dtype=np.int8),
+            kind=np.full(
+                len(keep), int(EventKind.RUNTIME if is_runtime else EventKind.DRIVER), dtype=np.int8
+            ),
             name=rows.intern_names(names),
             start_ns=ts[keep],
             dur_ns=dur[keep],
@@ -510,7 +543,9 @@ class RecordDecoder:
         start, end = _int_column(c["start"]), _int_column(c["end"])
         timed, ts, dur = self._times(start, end)
         keep = np.flatnonzero(timed)
-        names = [OVERHEAD_KINDS.get(k, f"Overhead {k}") for k in _int_column(c["overhead_kind"])[keep].tolist()]
+        names = [
+            OVERHEAD_KINDS.get(k, f"Overhead {k}") for k in _int_column(c["overhead_kind"])[keep].tolist()
+        ]
         rows.add(
             kind=np.full(len(keep), int(EventKind.OVERHEAD), dtype=np.int8),
             name=rows.intern_names(names),

@@ -176,7 +176,9 @@ class CuptiTracer(Tracer):
             kinds=api.kind_values(),
             runtime_names=runtime_names,
             driver_names=driver_names,
-            api_filter=cbids.ApiCallFilter.build(runtime_names, driver_names, runtime_recorded=runtime_recorded),
+            api_filter=cbids.ApiCallFilter.build(
+                runtime_names, driver_names, runtime_recorded=runtime_recorded
+            ),
             offset_ns=self._clock.offset_ns,
             thread_map=thread_map,
             sm_count=self.device_info.sm_count,
@@ -186,7 +188,9 @@ class CuptiTracer(Tracer):
         if not self._clock.realtime:
             self._notes.append(f"cuda: {self._clock.describe()}")
         self._flusher_stop.clear()
-        self._flusher = threading.Thread(target=self._flush_periodically, name="polyprof-cupti-flush", daemon=True)
+        self._flusher = threading.Thread(
+            target=self._flush_periodically, name="polyprof-cupti-flush", daemon=True
+        )
         self._flusher.start()
 
     def _enable_kinds(self) -> bool:
@@ -377,7 +381,9 @@ class CuptiTracer(Tracer):
         if acc["delivered"] != acc["rows"]:
             parts = []
             if acc["filtered_api_calls"]:
-                parts.append(f"{acc['filtered_api_calls']} runtime/driver calls left out by Kineto's default filter")
+                parts.append(
+                    f"{acc['filtered_api_calls']} runtime/driver calls left out by Kineto's default filter"
+                )
             if acc["untimed"]:
                 parts.append(f"{acc['untimed']} without timestamps (still running at the final flush)")
             for kind, count in sorted(acc["ignored"].items()):

@@ -31,7 +31,11 @@ KERNEL_CLASSES = [n for n in (f"ActivityKernel{i}" for i in range(4, 20)) if has
 MEMCPY_CLASSES = [n for n in (f"ActivityMemcpy{i}" for i in range(3, 12)) if hasattr(C, n)]
 MEMCPY_PTOP_CLASSES = [n for n in (f"ActivityMemcpyPtoP{i}" for i in range(2, 8)) if hasattr(C, n)]
 MEMSET_CLASSES = [n for n in (f"ActivityMemset{i}" for i in range(2, 9)) if hasattr(C, n)]
-SYNC_CLASSES = [n for n in ("ActivitySynchronization", "ActivitySynchronization2", "ActivitySynchronization3") if hasattr(C, n)]
+SYNC_CLASSES = [
+    n
+    for n in ("ActivitySynchronization", "ActivitySynchronization2", "ActivitySynchronization3")
+    if hasattr(C, n)
+]
 OVERHEAD_CLASSES = [n for n in (f"ActivityOverhead{i}" for i in range(1, 6)) if hasattr(C, n)]
 
 RUNTIME_LAUNCH = int(C.runtime_api_trace_cbid.cudaLaunchKernel_v7000)
@@ -107,7 +111,10 @@ def sync(cls_name: str = "", **fields: Any) -> Any:
 
 def overhead(cls_name: str = "", **fields: Any) -> Any:
     defaults = {
-        "start": 100, "end": 400, "correlation_id": 0, "overhead_kind": int(C.ActivityOverheadKind.ACTIVITY_BUFFER_REQUEST)
+        "start": 100,
+        "end": 400,
+        "correlation_id": 0,
+        "overhead_kind": int(C.ActivityOverheadKind.ACTIVITY_BUFFER_REQUEST),
     }
     return record(cls_name or OVERHEAD_CLASSES[-1], K.OVERHEAD, **{**defaults, **fields})
 
@@ -166,7 +173,9 @@ class FakeCupti(CuptiApi):
     def subscribe(self, name: str) -> Any:
         self.calls.append(("subscribe", name))
         if self.conflict is not False:
-            raise SubscriberConflict(self.conflict or None, "another CUPTI client already holds the subscriber")
+            raise SubscriberConflict(
+                self.conflict or None, "another CUPTI client already holds the subscriber"
+            )
         self.subscribed = True
         return "subscriber-handle"
 

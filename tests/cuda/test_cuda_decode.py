@@ -86,6 +86,7 @@ def test_kernel_record_fields(cls_name):
     assert row["device_type"] == DeviceType.CUDA
     assert row["correlation_id"] == 77
     assert row["args"] == {
+        "queued": 0,
         "context": 1,
         "registers per thread": 32,
         "shared memory": 1024 + 4096,
@@ -95,6 +96,22 @@ def test_kernel_record_fields(cls_name):
         "block": [256, 1, 1],
     }
     assert (stats.records, stats.rows, stats.accounted) == (1, 1, 1)
+
+
+@pytest.mark.parametrize("cls_name", KERNEL_CLASSES)
+def test_kernel_queued_timestamp_like_kineto(cls_name):
+    """Kineto writes the kernel's queued timestamp, 0 when CUPTI did not collect it."""
+    decoder = make_decoder(offset_ns=1_000_000)
+    batch, _ = decoder.decode(
+        [
+            kernel(cls_name, queued=1_500, correlation_id=1),
+            kernel(cls_name, correlation_id=2),
+            kernel(cls_name, queued=0),
+        ]
+    )
+    queued = [r["args"]["queued"] for r in rows(batch)]
+    # A known value is on polyprof's clock, like start_ns; unknown stays 0 (not 0 + offset).
+    assert queued == [1_500 + 1_000_000, 0, 0]
 
 
 def test_kernel_args_without_device_facts_leave_out_occupancy_keys():
@@ -199,7 +216,12 @@ def test_sync_record_lands_on_the_device_of_its_context(cls_name):
     batch, _ = decoder.decode(
         [
             sync(cls_name, context_id=9, stream_id=5, correlation_id=21),
-            sync(cls_name, context_id=9, stream_id=0xFFFFFFFF, type=int(C.ActivitySynchronizationType.CONTEXT_SYNCHRONIZE)),
+            sync(
+                cls_name,
+                context_id=9,
+                stream_id=0xFFFFFFFF,
+                type=int(C.ActivitySynchronizationType.CONTEXT_SYNCHRONIZE),
+            ),
         ]
     )
     stream_sync, ctx_sync = rows(batch)
@@ -238,7 +260,13 @@ def test_records_read_back_from_numpy_layouts_decode_the_same():
     name = KERNEL_CLASSES[-1]
     dtype = getattr(C, "activity_" + name[len("Activity") :].lower() + "_dtype")
     arr = np.zeros(1, dtype=dtype)
-    for field, value in {"kind": int(K.CONCURRENT_KERNEL), "start": 5, "end": 9, "correlation_id": 3, "stream_id": 2}.items():
+    for field, value in {
+        "kind": int(K.CONCURRENT_KERNEL),
+        "start": 5,
+        "end": 9,
+        "correlation_id": 3,
+        "stream_id": 2,
+    }.items():
         arr[0][field] = value
     rec = getattr(C, name).from_data(arr)
     (row,) = rows(make_decoder().decode([rec])[0])

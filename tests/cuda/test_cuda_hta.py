@@ -57,7 +57,11 @@ def build_trace():
             for cbid, factory, extra in launches:
                 corr += 1
                 api_start = BASE + (offset + s + 2) * US
-                records.append(api_call(cbid=cbid, start=api_start, end=api_start + 5 * US, thread_id=TID, correlation_id=corr))
+                records.append(
+                    api_call(
+                        cbid=cbid, start=api_start, end=api_start + 5 * US, thread_id=TID, correlation_id=corr
+                    )
+                )
                 gpu = max(gpu, api_start + 8 * US)
                 dur = 30 * US
                 records.append(factory(start=gpu, end=gpu + dur, correlation_id=corr, **extra))

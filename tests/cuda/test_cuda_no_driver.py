@@ -35,7 +35,9 @@ def _driver_present() -> bool:
     return True
 
 
-pytestmark = pytest.mark.skipif(_driver_present(), reason="an NVIDIA driver is installed: not the no-driver path")
+pytestmark = pytest.mark.skipif(
+    _driver_present(), reason="an NVIDIA driver is installed: not the no-driver path"
+)
 
 torch = pytest.importorskip("torch")
 
@@ -52,7 +54,12 @@ def test_probe_names_the_missing_driver():
 
 def test_every_cupti_call_fails_cleanly_and_is_classified():
     api = CuptiApi()
-    for call in (api.get_timestamp, lambda: api.subscribe("x"), api.dropped_records, lambda: api.flush_all(True)):
+    for call in (
+        api.get_timestamp,
+        lambda: api.subscribe("x"),
+        api.dropped_records,
+        lambda: api.flush_all(True),
+    ):
         with pytest.raises(RuntimeError) as info:
             call()
         assert api.classify(info.value).code == "NO_DRIVER"
@@ -60,7 +67,11 @@ def test_every_cupti_call_fails_cleanly_and_is_classified():
 
 def test_polyprof_plugins_lists_the_plugin_as_unavailable_with_its_reason():
     out = subprocess.run(
-        [sys.executable, "-m", "polyprof", "plugins", "--json"], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-m", "polyprof", "plugins", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert out.returncode == 0, out.stderr
     (cuda,) = [p for p in json.loads(out.stdout) if p["name"] == "cuda"]
@@ -118,12 +129,21 @@ class NotSupportedError(RuntimeError):
 
 
 class FakeApi(CuptiApi):
-    def __init__(self, *, module_error=None, timestamp_error=None, devices=1):
+    def __init__(self, *, module_error=None, timestamp_error=None, devices=1, driver=True):
         super().__init__()
         self.module_error, self.timestamp_error, self.devices = module_error, timestamp_error, devices
+        self.driver = driver
+        self.imported = False
+
+    def binding_installed(self):
+        return self.module_error is None
+
+    def driver_present(self):
+        return self.driver
 
     @property
     def module(self):
+        self.imported = True
         if self.module_error is not None:
             raise self.module_error
         return super().module
@@ -140,8 +160,14 @@ class FakeApi(CuptiApi):
 @pytest.mark.parametrize(
     ("api", "expected"),
     [
-        (FakeApi(module_error=ModuleNotFoundError("No module named 'cupti'")), "cupti-python is not installed"),
-        (FakeApi(timestamp_error=NotSupportedError("CUDA driver is not found (libcuda.so.1: ...)")), "no NVIDIA driver"),
+        (
+            FakeApi(module_error=ModuleNotFoundError("No module named 'cupti'")),
+            "cupti-python is not installed",
+        ),
+        (
+            FakeApi(timestamp_error=NotSupportedError("CUDA driver is not found (libcuda.so.1: ...)")),
+            "no NVIDIA driver",
+        ),
         (
             FakeApi(timestamp_error=NotSupportedError("only CUDA 13.0 or later driver is supported")),
             "driver is too old",
@@ -151,6 +177,8 @@ class FakeApi(CuptiApi):
             "libcupti not found",
         ),
         (FakeApi(devices=0), "no CUDA device visible"),
+        (FakeApi(driver=False), "no NVIDIA driver (libcuda.so.1 not found)"),
+        (FakeApi(driver=False, module_error=ModuleNotFoundError("cupti")), "cupti-python is not installed"),
         (FakeApi(), None),
     ],
 )
@@ -160,6 +188,34 @@ def test_probe_reasons(api, expected):
         assert reason is None
     else:
         assert reason is not None and expected in reason
+
+
+def test_probe_without_a_driver_never_imports_cupti_python():
+    api = FakeApi(driver=False)
+    assert probe.unavailable_reason(api) == "no NVIDIA driver (libcuda.so.1 not found)"
+    assert not api.imported
+
+
+def test_real_probe_without_a_driver_answers_without_importing_cupti_python():
+    """In a fresh interpreter: the plugin's status says why, and cupti-python stays unimported."""
+    code = (
+        "import json, sys\n"
+        "from polyprof_cuda import plugin\n"
+        "reason = plugin.polyprof_capabilities().unavailable_reason\n"
+        "print(json.dumps([reason, sorted(m for m in sys.modules if m == 'cupti' or m.startswith(('cupti.', 'cuda.')))]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    reason, imported = json.loads(out.stdout.strip().splitlines()[-1])
+    assert reason == "no NVIDIA driver (libcuda.so.1 not found)"
+    assert imported == []
+
+
+def test_driver_present_is_a_plain_dlopen():
+    assert CuptiApi().driver_present() is False  # this module only runs where there is no driver
+    assert CuptiApi().binding_installed() is True
 
 
 @pytest.mark.parametrize(

@@ -60,7 +60,11 @@ class FakeCudaPlugin:
     def polyprof_make_tracers(self, config):
         if Act.CUDA not in config.activities:
             return []
-        return [CuptiTracer(config, self.api, synchronize=lambda: None, device_info=H100Facts(), flush_period_s=0.05)]
+        return [
+            CuptiTracer(
+                config, self.api, synchronize=lambda: None, device_info=H100Facts(), flush_period_s=0.05
+            )
+        ]
 
 
 class Launcher:
@@ -118,7 +122,9 @@ def profiled():
     LAUNCHER = Launcher(api)
     pm = make_plugin_manager_for_tests(("cuda", FakeCudaPlugin(api)), builtins=True)
     x = torch.ones(4)
-    with polyprof.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], plugin_manager=pm) as prof:
+    with polyprof.profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], plugin_manager=pm
+    ) as prof:
         for _ in range(3):
             torch.ops.pptest_cuda.launch(x, 10_000)
         torch.ops.pptest_cuda.outer(x, 40_000)
@@ -163,7 +169,9 @@ def test_chrome_trace_has_kineto_cuda_shape(profiled, tmp_path):
     assert len([f for f in flows if f["ph"] == "s"]) == len(launcher.launched)
     assert len([f for f in flows if f["ph"] == "f"]) == len(launcher.launched)
     assert doc["deviceProperties"][0]["name"] == "fake H100"
-    lanes = {(e["pid"], e["args"]["name"]) for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    lanes = {
+        (e["pid"], e["args"]["name"]) for e in events if e.get("ph") == "M" and e["name"] == "thread_name"
+    }
     assert (0, "stream 7") in lanes
 
 

@@ -48,7 +48,15 @@ def test_start_subscribes_enables_and_filters_like_kineto():
         assert api.subscribed and ("subscribe", "polyprof-cuda") in api.calls
         assert ("set_thread_id_type_system",) in api.calls
         names = {k.name for k in K if int(k) in api.enabled}
-        assert {"CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME", "DRIVER", "SYNCHRONIZATION", "OVERHEAD"} <= names
+        assert {
+            "CONCURRENT_KERNEL",
+            "MEMCPY",
+            "MEMSET",
+            "RUNTIME",
+            "DRIVER",
+            "SYNCHRONIZATION",
+            "OVERHEAD",
+        } <= names
         disabled_runtime = {c for (what, c, on) in (x for x in api.calls if x[0] == "runtime_cbid") if not on}
         disabled_driver = {c for (what, c, on) in (x for x in api.calls if x[0] == "driver_cbid") if not on}
         assert {api.runtime_cbids()[c] for c in disabled_runtime} == {"cudaGetDevice"}

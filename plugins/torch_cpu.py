@@ -95,10 +95,15 @@ def _trace_args_by_event(result: Any, events: list[Any]) -> list[str | None]:
     return fragments
 
 
-#: Columns only traces and ``events()`` need: (field, accessor, dtype).
-DEFERRED_SCALARS = (
+#: What device attribution (polyprof.attribution) reads of every op: decoded at once when a
+#: device tracer records too, deferred otherwise.
+ATTRIBUTION_KEYS = (
     ("tid", "device_resource_id", "int64"),
     ("correlation_id", "correlation_id", "int64"),
+)
+#: Columns only traces and ``events()`` need: (field, accessor, dtype).
+DEFERRED_SCALARS = (
+    *ATTRIBUTION_KEYS,
     ("flow_id", "flow_id", "int64"),
     ("flow_type", "flow_type", "int8"),
     ("flow_start", "flow_start", "bool"),
@@ -303,6 +308,12 @@ def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventB
             columns[field] = _column(events, accessor, dtype)
     else:
         deferred_scalars = DEFERRED_SCALARS + AUTOGRAD_LINKS
+    if config.activities - {ProfilerActivity.CPU}:
+        # A device tracer records too: attribution (polyprof.attribution) needs every op's OS
+        # thread and id before the table. Two passes now, instead of the whole deferred decode.
+        for field, accessor, dtype in ATTRIBUTION_KEYS:
+            columns[field] = _column(events, accessor, dtype)
+        deferred_scalars = tuple(spec for spec in deferred_scalars if spec not in ATTRIBUTION_KEYS)
     if config.with_flops:
         columns["flops"] = _column(events, "flops", "int64")
     if config.record_shapes or config.with_flops:

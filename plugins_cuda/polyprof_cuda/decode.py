@@ -103,6 +103,8 @@ MEMCPY_FIELDS = (
     # Peer-to-peer copies (MEMCPY2 records) only.
     ("src_device_id", -1),
     ("dst_device_id", -1),
+    ("src_context_id", -1),
+    ("dst_context_id", -1),
 )
 MEMSET_FIELDS = (
     ("start", 0),
@@ -418,15 +420,26 @@ class RecordDecoder:
         ]
         bandwidth = _bandwidth(nbytes[keep], dur[keep])
         peer_src, peer_dst = _int_column(c["src_device_id"])[keep], _int_column(c["dst_device_id"])[keep]
+        peer_src_ctx = _int_column(c["src_context_id"])[keep]
+        peer_dst_ctx = _int_column(c["dst_context_id"])[keep]
+        # Peer copies use Kineto's CUpti_ActivityMemcpy2 keys (fromDevice/inDevice/toDevice, ...Context).
         args = [
-            f'"context": {ctx}, "bytes": {b}, "memory bandwidth (GB/s)": {_fmt_float(bw)}'
-            + (f', "src device": {ps}, "dst device": {pd}' if ps >= 0 else "")
-            for ctx, b, bw, ps, pd in zip(
+            (
+                f'"fromDevice": {ps}, "inDevice": {dev}, "toDevice": {pd}, '
+                f'"fromContext": {psc}, "inContext": {ctx}, "toContext": {pdc}'
+                if ps >= 0
+                else f'"context": {ctx}'
+            )
+            + f', "bytes": {b}, "memory bandwidth (GB/s)": {_fmt_float(bw)}'
+            for dev, ctx, b, bw, ps, pd, psc, pdc in zip(
+                device[keep].tolist(),
                 context[keep].tolist(),
                 nbytes[keep].tolist(),
                 bandwidth.tolist(),
                 peer_src.tolist(),
                 peer_dst.tolist(),
+                peer_src_ctx.tolist(),
+                peer_dst_ctx.tolist(),
                 strict=True,
             )
         ]

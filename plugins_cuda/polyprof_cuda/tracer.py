@@ -37,7 +37,7 @@ from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.components import Tracer
 from polyprof.events import EventBatch
-from polyprof.session import ActivityUnavailableWarning
+from polyprof.session import ActivityUnavailableWarning, user_stacklevel
 
 from polyprof_cuda import cbids
 from polyprof_cuda.clock import IDENTITY, ClockSync, drift_note, sample_clock
@@ -246,7 +246,7 @@ class CuptiTracer(Tracer):
         warnings.warn(
             f"polyprof-cuda: CUDA activity is not recorded ({reason}); profiling continues CPU-only",
             CudaTracingUnavailableWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
 
     # -------------------------------------------------------------- flush
@@ -280,7 +280,7 @@ class CuptiTracer(Tracer):
                 self._synchronize()
             except Exception:
                 log.warning("cuda_synchronize_failed", exc_info=True)
-            self.api.flush_all(True)
+            self._final_flush()
             self._dropped = self._read_dropped()
             stop_clock = self._sample_clock_quietly()
             if stop_clock is not None and (note := drift_note(self._clock, stop_clock)):
@@ -293,6 +293,22 @@ class CuptiTracer(Tracer):
             self._state = "idle"
             self._end_ns = time.time_ns()
             self.outbox.close()
+
+    def _final_flush(self) -> None:
+        # A CUPTI error here must not end the user's program: what was delivered so far stays.
+        try:
+            self.api.flush_all(True)
+        except Exception as exc:  # noqa: BLE001
+            reason = self.api.classify(exc).reason
+            log.warning("cupti_final_flush_failed", reason=reason, exc_info=True)
+            self._notes.append(
+                f"cuda: the final CUPTI flush failed ({reason}); GPU activity of the last moments is missing"
+            )
+            warnings.warn(
+                f"polyprof-cuda: the final CUPTI flush failed ({reason}); some GPU activity is missing",
+                RuntimeWarning,
+                stacklevel=user_stacklevel(),
+            )
 
     def _stop_flusher(self) -> None:
         self._flusher_stop.set()
@@ -335,8 +351,21 @@ class CuptiTracer(Tracer):
         if ProfilerActivity.CUDA not in activities or self._state != "running":
             return
         switch = self.api.enable_kind if enable else self.api.disable_kind
+        failed = []
         for kind in self._enabled_kinds:
-            switch(kind)
+            try:
+                switch(kind)
+            except Exception as exc:  # noqa: BLE001 - CUPTI trouble must not end the user's program
+                failed.append(self.api.classify(exc).reason)
+        if failed:
+            action = "resume" if enable else "pause"
+            log.warning("cupti_toggle_failed", enable=enable, reasons=failed)
+            warnings.warn(
+                f"polyprof-cuda: could not {action} CUDA collection for {len(failed)} activity kind(s) "
+                f"({failed[0]})",
+                RuntimeWarning,
+                stacklevel=user_stacklevel(),
+            )
 
     # ------------------------------------------------------------- decode
 
@@ -345,6 +374,9 @@ class CuptiTracer(Tracer):
             raise TypeError(f"the CUPTI tracer's outbox holds CuptiBuffer items, not {type(item).__name__}")
         if self._decoder is None:
             raise RuntimeError("a CUPTI buffer arrived before the tracer was started")
+        if self._decoder.thread_map is not None:
+            # pthread ids of threads started since the last look (they may end before stop).
+            self._decoder.thread_map = {**self._decoder.thread_map, **_pthread_to_native_ids()}
         batch, stats = self._decoder.decode(item.records)
         with self._stats_lock:
             self._stats.append(stats)

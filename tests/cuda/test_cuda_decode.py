@@ -137,7 +137,7 @@ def test_memcpy_record_fields(cls_name):
     assert (row["pid"], row["tid"], row["correlation_id"]) == (0, 7, 6)
     assert row["args"]["bytes"] == 4096 and row["args"]["context"] == 1
     assert row["args"]["memory bandwidth (GB/s)"] == pytest.approx(4096 / 300, rel=1e-5)
-    assert "src device" not in row["args"]
+    assert "fromDevice" not in row["args"]
     assert stats.rows == 1
 
 
@@ -150,7 +150,7 @@ def test_peer_to_peer_memcpy_names_both_devices(cls_name):
     )  # fmt: skip
     (row,) = rows(make_decoder().decode([rec])[0])
     assert row["name"] == "Memcpy PtoP (Device -> Device)"
-    assert (row["args"]["src device"], row["args"]["dst device"]) == (0, 1)
+    assert (row["args"]["fromDevice"], row["args"]["toDevice"]) == (0, 1)
 
 
 @pytest.mark.parametrize("cls_name", MEMSET_CLASSES)

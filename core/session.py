@@ -8,7 +8,6 @@ collector is per thread); their data reaches the collector over the bus.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import sys
@@ -51,28 +50,28 @@ class TraceCollector(Subscriber):
         return batches
 
 
-#: Frames to look past when a warning should point at the user's code: polyprof's own
-#: modules, and contextlib's (``with`` blocks entered through a context manager helper).
-_INTERNAL_PREFIXES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, contextlib.__file__)
+def _internal_frame(frame: Any) -> bool:
+    """polyprof's own frames (core, built-in and GPU plugins: modules named ``polyprof*``) and contextlib's."""
+    module = frame.f_globals.get("__name__", "")
+    return module.startswith("polyprof") or module == "contextlib"
 
 
 def user_stacklevel() -> int:
     """The ``stacklevel`` that makes a warning point at the first frame outside polyprof.
 
     Sessions are driven from several entry points (``profile.__enter__``,
-    ``start``, ``step``, the legacy profile, the shims), each at its own depth.
+    ``start``, ``step``, the legacy profile, the shims) and plugins warn from
+    their tracers, each at its own depth.
     """
     frame = sys._getframe(1)
     level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL_PREFIXES):
+    while frame is not None and _internal_frame(frame):
         frame = frame.f_back
         level += 1
     return level
 
 
-def resolve_activities(
-    pm: Any, requested: frozenset[ProfilerActivity] | None
-) -> frozenset[ProfilerActivity]:
+def resolve_activities(pm: Any, requested: frozenset[ProfilerActivity] | None) -> frozenset[ProfilerActivity]:
     """The activities to record: each must have a plugin; installed-but-unusable ones warn and drop.
 
     ``None`` means every activity some loaded plugin can record here (torch's
@@ -82,9 +81,8 @@ def resolve_activities(
         chosen = frozenset(pm.supported_activities())
         if not chosen:
             raise ActivityUnavailableError(
-                "no installed polyprof plugin can record anything here: " + pm.explain_missing_activity(
-                    ProfilerActivity.CPU
-                )
+                "no installed polyprof plugin can record anything here: "
+                + pm.explain_missing_activity(ProfilerActivity.CPU)
             )
         return chosen
     usable = []
@@ -167,7 +165,9 @@ class Session:
             owns_plugin_manager=owns_pm,
         )
         pm.call_each("polyprof_session_start", session=session)
-        log.debug("session_created", activities=sorted(a.name for a in chosen), tracers=[t.name for t in tracers])
+        log.debug(
+            "session_created", activities=sorted(a.name for a in chosen), tracers=[t.name for t in tracers]
+        )
         return session
 
     # ---------------------------------------------------------- recording
@@ -263,7 +263,9 @@ class Session:
         # Device tracers' API calls learn which CPU op launched them (polyprof.attribution).
         events = concat(link_launches(self.collector.take()))
         starts = facts.get("start_ns") or [int(events["start_ns"].min()) if len(events) else 0]
-        ends = facts.get("end_ns") or [int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0]
+        ends = facts.get("end_ns") or [
+            int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0
+        ]
         stats = self.bus.statistics()
         dropped = stats.events_dropped_total
         if dropped:

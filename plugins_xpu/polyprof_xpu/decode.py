@@ -75,15 +75,23 @@ class DeviceTable:
     def __init__(self, devices: Sequence[dict[str, Any]] = ()) -> None:
         self.devices = [dict(d) for d in devices]
         self._index = {bytes.fromhex(d["uuid"]): int(d["index"]) for d in devices}
+        #: UUIDs (hex) of unlisted devices seen in the current recording (``new_recording`` clears it).
         self.unknown: list[str] = []
+        self._unlisted: set[bytes] = set()
         #: Level Zero queue handle -> (device index, stream), for records that carry only the queue.
         self.queues: dict[int, tuple[int, int]] = {}
         self._l0_streams: dict[int, int] = {}
+
+    def new_recording(self) -> None:
+        """Forget which unlisted devices were seen; their ordinals (and queues' streams) stay."""
+        self.unknown = []
 
     def index_of(self, uuid: bytes) -> int:
         idx = self._index.get(uuid)
         if idx is None:
             idx = self._index[uuid] = max(self._index.values(), default=-1) + 1
+            self._unlisted.add(uuid)
+        if uuid in self._unlisted and uuid.hex() not in self.unknown:
             self.unknown.append(uuid.hex())
         return idx
 
@@ -163,6 +171,8 @@ class Decoder:
         #: Rows emitted, by PTI view kind value.
         self.rows_emitted: Counter[int] = Counter()
         self.walk_problems: list[str] = []
+        #: Records left out because PTI gave 0 (not determined) as their start or end, by kind value.
+        self.missing_timestamps: Counter[int] = Counter()
 
     # ------------------------------------------------------------------ buffer
 
@@ -202,6 +212,14 @@ class Decoder:
             if not len(rows):
                 continue
             recs = R.gather(buf, rows, R.DTYPES[kind])
+            # pti_view.h: a timestamp PTI could not determine is 0; such a row would sit at 1970
+            # or last ~56 years. Leave it out (counted for the trace notes).
+            timed = (recs["start_timestamp"] != 0) & (recs["end_timestamp"] != 0)
+            if not timed.all():
+                self.missing_timestamps[int(kind)] += int((~timed).sum())
+                recs = recs[timed]
+                if not len(recs):
+                    continue
             part = self._decode_kind(kind, recs, names)
             self.rows_emitted[int(kind)] += len(recs)
             parts.append(part)

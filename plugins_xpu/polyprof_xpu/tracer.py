@@ -25,6 +25,7 @@ from polyprof.activity import ProfilerActivity
 from polyprof.components import Tracer
 from polyprof.config import ProfileConfig
 from polyprof.events import EventBatch
+from polyprof.session import ActivityUnavailableWarning, user_stacklevel
 
 from polyprof_xpu import BUFFER_BYTES_ENV
 from polyprof_xpu import pti as pti_module
@@ -190,6 +191,10 @@ def sample_clock_offset(lib: pti_module.PtiLibrary, samples: int = 5) -> int:
     return 0 if abs(offset) < SAME_CLOCK_TOLERANCE_NS else offset
 
 
+class XpuTracingUnavailableWarning(ActivityUnavailableWarning):
+    """XPU was asked for, and the probe passed, but PTI refused to trace: the profile is CPU-only."""
+
+
 class XpuTracer(Tracer):
     """Records XPU kernels, copies, fills, synchronization, Level Zero and SYCL API calls through PTI."""
 
@@ -213,24 +218,44 @@ class XpuTracer(Tracer):
         self._devices = DeviceTable(finding.get("devices", ()))
         self.buffers_received = 0
         self.buffers_decoded = 0
+        self._failed_reason: str | None = None
 
     # ------------------------------------------------------------ lifecycle
 
     def prepare(self) -> None:
         if self._lib is None:
-            lib = pti_module.load(self.library_path)
-            version = lib.version()
-            if version[:2] < R.MIN_PTI_VERSION:
-                raise RuntimeError(
-                    f"Intel PTI {'.'.join(map(str, version))} at {self.library_path} is too old; polyprof-xpu needs >= 0.11"
-                )
-            router().install(lib)
-            self._lib, self._version = lib, version
+            try:
+                lib = pti_module.load(self.library_path)
+                version = lib.version()
+                if version[:2] < R.MIN_PTI_VERSION:
+                    raise RuntimeError(
+                        f"Intel PTI {'.'.join(map(str, version))} at {self.library_path} is too old; "
+                        "polyprof-xpu needs >= 0.11"
+                    )
+                router().install(lib)
+            except (pti_module.PtiError, OSError, RuntimeError) as exc:
+                # The probe passed, yet PTI refuses in this process: the profile goes on CPU-only.
+                self._failed_reason = f"Intel PTI could not start tracing ({exc})"
+            else:
+                self._lib, self._version = lib, version
+                self._failed_reason = None
         self._state = "prepared"
 
     def start(self) -> None:
         if self._state != "prepared":
             self.prepare()
+        if self._failed_reason is not None:
+            self.outbox.reopen()
+            self._notes = [f"XPU: nothing recorded: {self._failed_reason}"]
+            self._decoder = None
+            self._state = "failed"
+            warnings.warn(
+                f"XPU profiling is not available here ({self._failed_reason}); profiling continues without "
+                "ProfilerActivity.XPU",
+                XpuTracingUnavailableWarning,
+                stacklevel=user_stacklevel(),
+            )
+            return
         lib = self._lib
         assert lib is not None
         r = router()
@@ -245,6 +270,7 @@ class XpuTracer(Tracer):
         self.buffers_received = self.buffers_decoded = 0
         self._late_before = r.late_buffers
         self._alloc_fail_before = r.pool.allocation_failures
+        self._devices.new_recording()
         clock = Clock(sample_clock_offset(lib))
         self._decoder = Decoder(lib.api_name, self._devices, clock, source=SOURCE)
         r.active = self
@@ -270,7 +296,7 @@ class XpuTracer(Tracer):
                 "polyprof-xpu: PTI refused the GPU kernel view; this recording has no XPU kernels "
                 "(see the trace notes)",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
 
     def _note(self, text: str) -> None:
@@ -356,6 +382,11 @@ class XpuTracer(Tracer):
                     + ", ".join(f"{k} x{v}" for k, v in sorted(skipped.items()))
                 )
             notes.extend(f"XPU: {p}" for p in d.walk_problems)
+            if d.missing_timestamps:
+                notes.append(
+                    "XPU: records without a start or end timestamp (PTI reported 0) were left out: "
+                    + ", ".join(f"{_kind_name(k)} x{v}" for k, v in sorted(d.missing_timestamps.items()))
+                )
             if self._devices.unknown:
                 notes.append(
                     "XPU: records came from device(s) Level Zero did not list at probe time "

@@ -16,7 +16,8 @@
  * Environment: FAKE_PTI_VERSION ("1.2.0"), FAKE_PTI_NOT_IMPLEMENTED=1 (every
  * call returns 2, as with a backend that did not load), FAKE_PTI_ABORT=1
  * (view calls abort(), as real PTI does with a loader but no driver),
- * FAKE_PTI_REFUSE_KIND=N (ptiViewEnable(N) returns 2),
+ * FAKE_PTI_REFUSE_KIND=N (ptiViewEnable(N) returns 2), FAKE_PTI_REFUSE_CALLBACKS=1
+ * (ptiViewSetCallbacks fails),
  * FAKE_PTI_CLOCK_OFFSET_NS (added to CLOCK_REALTIME in ptiViewGetTimestamp).
  */
 #define _GNU_SOURCE
@@ -254,6 +255,7 @@ pti_result ptiViewGetApiIdName(uint32_t group, uint32_t id, const char** name) {
 pti_result ptiViewSetCallbacks(req_fn req, done_fn done) {
   if (not_implemented()) return 2;
   maybe_abort("ptiViewSetCallbacks");
+  if (env_long("FAKE_PTI_REFUSE_CALLBACKS", 0)) return 1;  /* PTI_ERROR_... as a refusing backend */
   if (!req || !done) return 3;
   unsigned char* buf = NULL; size_t size = 0;
   req(&buf, &size);                      /* validated synchronously, as PTI does */

@@ -161,3 +161,28 @@ def test_bad_buffer_size_is_a_clear_error(fake, xpu_env) -> None:
     xpu_env.setenv("POLYPROF_XPU_BUFFER_BYTES", "12")
     with pytest.raises(ValueError, match=r"POLYPROF_XPU_BUFFER_BYTES='12' is not valid: .* >= 192"):
         polyprof.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.XPU]).start()
+
+
+def test_pti_refusing_in_the_profiled_process_warns_and_profiles_cpu_only(fake, xpu_env, monkeypatch) -> None:
+    # The probe (a child process) passed; here ptiViewSetCallbacks fails. No crash: a warning that
+    # points at this line, CPU results, and a trace note.
+    from polyprof_xpu import tracer as xpu_tracer
+
+    from polyprof.registry import make_plugin_manager
+
+    pm = make_plugin_manager()  # probes now, while PTI still works
+    assert pm.provider_of(ProfilerActivity.XPU) is not None
+    monkeypatch.setattr(xpu_tracer.router(), "installed_in", set())
+    xpu_env.setenv("FAKE_PTI_REFUSE_CALLBACKS", "1")
+    try:
+        with pytest.warns(xpu_tracer.XpuTracingUnavailableWarning, match="could not start tracing") as caught:
+            prof = _run(
+                polyprof.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.XPU], plugin_manager=pm),
+                calls=2,
+            )
+    finally:
+        pm.close()
+    assert caught[0].filename == __file__
+    assert _row(prof, "polyprof_xpu_test::launch").count == 2
+    assert "gemm_dev0" not in {e.key for e in prof.key_averages()}
+    assert [n for n in prof.trace.notes if n.startswith("XPU: nothing recorded: Intel PTI could not start")]

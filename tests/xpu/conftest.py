@@ -108,6 +108,7 @@ class FakePti:
             "fakePtiAddOverhead": [u64, u64, u32, u32, u64, u64],
             "fakePtiAddExternalCorrelation": [u32, u64, u32],
             "fakePtiEnableAllForBuilding": [],
+            "fakePtiDisableAll": [],
             "fakePtiFlushOnThread": [],
         }
         for name, args in sigs.items():
@@ -159,6 +160,7 @@ def fake_pti(fake_libs: FakeLibs, xpu_env: pytest.MonkeyPatch) -> Iterator[FakeP
     fake.fakePtiReset()
     yield fake
     fake.fakePtiReset()
+    fake.fakePtiDisableAll()
 
 
 def real_pti_library() -> str | None:

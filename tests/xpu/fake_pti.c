@@ -220,6 +220,8 @@ void fakePtiAddExternalCorrelation(uint32_t corr, uint64_t external_id, uint32_t
 }
 /* Enable every view without callbacks, for tests that only build buffers. */
 void fakePtiEnableAllForBuilding(void) { for (int i = 0; i < 16; i++) enabled[i] = 1; }
+/* Between tests: no view stays on from a test that built buffers with every view enabled. */
+void fakePtiDisableAll(void) { for (int i = 0; i < 16; i++) enabled[i] = 0; }
 /* Copy every queued record, back to back, into out; returns the bytes written and empties the queue. */
 size_t fakePtiBuildBuffer(unsigned char* out, size_t cap) {
   pthread_mutex_lock(&lock);

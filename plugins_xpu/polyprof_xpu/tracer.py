@@ -11,6 +11,7 @@ walks and decodes the buffer (``decode``), then returns it to the free list.
 from __future__ import annotations
 
 import atexit
+import collections
 import ctypes
 import os
 import threading
@@ -148,7 +149,7 @@ class _CallbackRouter:
                 self.late_buffers += 1
                 self.pool.give_back(address)
             else:
-                tracer.buffers_received += 1
+                tracer.received.append(used)  # deque.append is atomic: PTI threads may race here
                 tracer.outbox.put(CompletedBuffer(address, used))
         except BaseException:  # noqa: BLE001 - never raise into C
             self.callback_errors += 1
@@ -216,9 +217,15 @@ class XpuTracer(Tracer):
         self._end_ns = 0
         self._decoder: Decoder | None = None
         self._devices = DeviceTable(finding.get("devices", ()))
-        self.buffers_received = 0
+        #: One entry per buffer PTI completed in this recording (appended from PTI's threads).
+        self.received: collections.deque[int] = collections.deque()
         self.buffers_decoded = 0
         self._failed_reason: str | None = None
+
+    @property
+    def buffers_received(self) -> int:
+        """Buffers PTI handed over in this recording."""
+        return len(self.received)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -267,7 +274,8 @@ class XpuTracer(Tracer):
         self.outbox.reopen()
         r.pool.buffer_bytes = self.buffer_bytes
         self._notes = []
-        self.buffers_received = self.buffers_decoded = 0
+        self.received.clear()
+        self.buffers_decoded = 0
         self._late_before = r.late_buffers
         self._alloc_fail_before = r.pool.allocation_failures
         self._devices.new_recording()

@@ -32,27 +32,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from polyprof._log import get_logger
-from polyprof.events import DeviceType, EventBatch, EventKind
+from polyprof.events import API_CALL_KINDS, HOST_KINDS, DeviceType, EventBatch, EventKind, kind_codes
 
 log = get_logger(__name__)
 
-#: Host-side API calls that launch device work.
-LAUNCH_KINDS = (int(EventKind.RUNTIME), int(EventKind.DRIVER))
-#: Rows that are never device activity of a launch.
-_HOST_KINDS = (
-    int(EventKind.CPU_OP),
-    int(EventKind.USER_ANNOTATION),
-    int(EventKind.PYTHON_FUNCTION),
-    int(EventKind.MEMORY),
-    int(EventKind.OUT_OF_MEMORY),
-    int(EventKind.RUNTIME),
-    int(EventKind.DRIVER),
-)
+_LAUNCH_CODES = kind_codes(API_CALL_KINDS)
+_HOST_CODES = kind_codes(HOST_KINDS)
 
 
 def _unlinked_launches(batch: EventBatch) -> np.ndarray:
     kind = batch["kind"]
-    rows = np.isin(kind, LAUNCH_KINDS)
+    rows = np.isin(kind, _LAUNCH_CODES)
     if not rows.any():
         return np.zeros(0, dtype=np.int64)
     rows &= (batch["correlation_id"] != 0) & (batch["linked_correlation_id"] == 0)
@@ -105,7 +95,7 @@ def link_launches(batches: Sequence[EventBatch]) -> list[EventBatch]:
             linked[launches[i]] = linked_launch_rows[i]
             unattributed += int((linked_launch_rows[i] == 0).sum())
         device_rows = np.flatnonzero(
-            ~np.isin(b["kind"], _HOST_KINDS) & (linked == 0) & (b["correlation_id"] != 0)
+            ~np.isin(b["kind"], _HOST_CODES) & (linked == 0) & (b["correlation_id"] != 0)
         )
         if len(device_rows):
             corr = b["correlation_id"][device_rows]

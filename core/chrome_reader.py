@@ -29,7 +29,7 @@ from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
-from polyprof.events import DeviceType, EventBatch, EventKind
+from polyprof.events import API_CALL_KINDS, DeviceType, EventBatch, EventKind, kind_codes
 from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, CONFIG_FLAG_KEYS, Trace
 
 log = get_logger(__name__)
@@ -193,7 +193,6 @@ _DEVICE_KINDS = frozenset(
         EventKind.SYNC,
     }
 )
-_CALL_KINDS = frozenset({EventKind.RUNTIME, EventKind.DRIVER})
 _ACTIVITY_BY_DEVICE = {
     DeviceType.CUDA: ProfilerActivity.CUDA,
     DeviceType.HIP: ProfilerActivity.CUDA,
@@ -392,7 +391,7 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
     kind = np.asarray(kind_list, dtype=np.int64)
     device_type = np.asarray(device_list, dtype=np.int64)
     on_device = np.isin(kind, [int(k) for k in _DEVICE_KINDS])
-    host = ~on_device & ~np.isin(kind, [int(k) for k in _CALL_KINDS])
+    host = ~on_device & ~np.isin(kind, kind_codes(API_CALL_KINDS))
     memory = np.isin(kind, [int(EventKind.MEMORY), int(EventKind.OUT_OF_MEMORY)])
 
     empty: dict[str, Any] = {}
@@ -517,7 +516,7 @@ def _kept_fragments(args: list[dict[str, Any]], on_device: np.ndarray, host: np.
 
 def _config_from(doc: Mapping[str, Any], kinds: np.ndarray, device_types: np.ndarray) -> ProfileConfig:
     activities = {ProfilerActivity.CPU}
-    on_device = np.isin(kinds, [int(k) for k in _DEVICE_KINDS | _CALL_KINDS])
+    on_device = np.isin(kinds, kind_codes(_DEVICE_KINDS | API_CALL_KINDS))
     by_value = {int(device): activity for device, activity in _ACTIVITY_BY_DEVICE.items()}
     for dt in np.unique(device_types[on_device]).tolist():
         if dt in by_value:

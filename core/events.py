@@ -38,6 +38,26 @@ class EventKind(enum.IntEnum):
     SYNC = 23
 
 
+#: Host-side calls into a device runtime or driver: the calls that launch device work.
+API_CALL_KINDS = frozenset({EventKind.RUNTIME, EventKind.DRIVER})
+#: Kinds recorded on the host (pid = OS process, tid = OS thread); the others happen on a device.
+HOST_KINDS = frozenset(
+    {
+        EventKind.CPU_OP,
+        EventKind.USER_ANNOTATION,
+        EventKind.PYTHON_FUNCTION,
+        EventKind.MEMORY,
+        EventKind.OUT_OF_MEMORY,
+        *API_CALL_KINDS,
+    }
+)
+
+
+def kind_codes(kinds: Iterable[EventKind]) -> np.ndarray:
+    """``kinds`` as an array of ``kind`` column values, for ``np.isin``."""
+    return np.array(sorted(int(k) for k in kinds), dtype=np.int8)
+
+
 #: torch's ``DeviceType`` integer values, for the ``device_type`` column.
 class DeviceType(enum.IntEnum):
     CPU = 0

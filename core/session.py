@@ -20,8 +20,8 @@ import attrs
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity, coerce_activity
 from polyprof.attribution import link_launches
-from polyprof.components import Aggregator, Exporter, Subscriber, Tracer
 from polyprof.bus import EventBus
+from polyprof.components import Aggregator, Exporter, Subscriber, Tracer
 from polyprof.config import ProfileConfig
 from polyprof.errors import ActivityUnavailableError
 from polyprof.events import EventBatch, concat
@@ -51,7 +51,7 @@ class TraceCollector(Subscriber):
 
 
 def _internal_frame(frame: Any) -> bool:
-    """polyprof's own frames (core, built-in and GPU plugins: modules named ``polyprof*``) and contextlib's."""
+    """polyprof's own frames (core and plugins: modules named ``polyprof*``) and contextlib's."""
     module = frame.f_globals.get("__name__", "")
     return module.startswith("polyprof") or module == "contextlib"
 
@@ -69,6 +69,19 @@ def user_stacklevel() -> int:
         frame = frame.f_back
         level += 1
     return level
+
+
+def warn_activity_unavailable(
+    activity: ProfilerActivity, reason: str, category: type[Warning] = ActivityUnavailableWarning
+) -> None:
+    """Say, at the user's line, that ``activity`` is not recorded and why; profiling goes on without it."""
+    log.warning("activity_unavailable", activity=activity.name, reason=reason)
+    warnings.warn(
+        f"{activity.name} profiling is not available here ({reason}); profiling continues without "
+        f"ProfilerActivity.{activity.name}",
+        category,
+        stacklevel=user_stacklevel(),
+    )
 
 
 def resolve_activities(pm: Any, requested: frozenset[ProfilerActivity] | None) -> frozenset[ProfilerActivity]:
@@ -93,12 +106,7 @@ def resolve_activities(pm: Any, requested: frozenset[ProfilerActivity] | None) -
         unusable = _unavailable_provider(pm, act)
         if unusable is None:
             raise ActivityUnavailableError(pm.explain_missing_activity(act))
-        message = (
-            f"{act.name} profiling is not available here ({unusable}); profiling continues without "
-            f"ProfilerActivity.{act.name}"
-        )
-        log.warning("activity_unavailable", activity=act.name, reason=unusable)
-        warnings.warn(message, ActivityUnavailableWarning, stacklevel=user_stacklevel())
+        warn_activity_unavailable(act, unusable)
     if not usable:
         raise ActivityUnavailableError(
             "No activities left to profile: every requested activity is unavailable here "

@@ -58,7 +58,7 @@ import numpy as np
 
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
-from polyprof.events import FIELDS, DeviceType, EventBatch, EventKind
+from polyprof.events import API_CALL_KINDS, FIELDS, DeviceType, EventBatch, EventKind, kind_codes
 
 if TYPE_CHECKING:
     from polyprof.config import ProfileConfig
@@ -117,9 +117,6 @@ _KERNEL_DEVICES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.XPU)
 _TIMED_DEVICES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.MTIA, DeviceType.HPU, DeviceType.XPU)
 #: Kinds whose torch ``device_index`` is the process id (Kineto's CPU "device").
 _CPU_SIDE_KINDS = (EventKind.CPU_OP, EventKind.USER_ANNOTATION, EventKind.PYTHON_FUNCTION)
-#: Runtime and driver API calls run on the host: torch counts them as CPU events
-#: even when a tracer or a trace file tags them with the device they drive.
-_HOST_CALL_KINDS = (EventKind.RUNTIME, EventKind.DRIVER)
 _USER_ANNOTATION_KINDS = (EventKind.USER_ANNOTATION, EventKind.GPU_USER_ANNOTATION)
 #: torch's RecordScope.BACKWARD_FUNCTION.
 _BACKWARD_SCOPE = 1
@@ -215,12 +212,16 @@ def _gather(batch: EventBatch, field: str, rows: np.ndarray, dtype: Any = None) 
     return np.full(len(rows), spec.default, dtype=dtype)
 
 
-
 def _host_aware_device_type(batch: EventBatch, idx: np.ndarray) -> np.ndarray:
-    """``device_type`` of rows ``idx``, with runtime/driver calls counted as CPU events."""
+    """``device_type`` of rows ``idx``, with runtime/driver calls counted as CPU events.
+
+    API calls run on the host: torch counts them as CPU events even when a
+    tracer or a trace file tags them with the device they drive.
+    """
     device_type = _gather(batch, "device_type", idx)
-    host_call = np.isin(_gather(batch, "kind", idx), _HOST_CALL_KINDS)
+    host_call = np.isin(_gather(batch, "kind", idx), kind_codes(API_CALL_KINDS))
     return np.where(host_call, np.int8(DeviceType.CPU), device_type).astype(device_type.dtype)
+
 
 def _torch_order(start_us: np.ndarray, end_us: np.ndarray) -> np.ndarray:
     """The permutation of torch's stable sort by ``[start, -end]``.

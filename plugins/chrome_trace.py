@@ -44,7 +44,7 @@ import orjson
 from polyprof._log import get_logger
 from polyprof.components import Capabilities, Exporter
 from polyprof.config import ProfileConfig
-from polyprof.events import DeviceType, EventBatch, EventKind
+from polyprof.events import API_CALL_KINDS, HOST_KINDS, DeviceType, EventBatch, EventKind, kind_codes
 from polyprof.fileio import atomic_writer, check_writable_path
 from polyprof.hookspecs import hookimpl
 from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, CONFIG_FLAG_KEYS, Trace
@@ -84,18 +84,6 @@ DEVICE_CATEGORY_SUFFIX: dict[EventKind, str] = {
     EventKind.SYNC: "sync",
 }
 
-#: Events on the host: pid = OS pid, tid = OS thread id.
-HOST_KINDS = frozenset(
-    {
-        EventKind.CPU_OP,
-        EventKind.USER_ANNOTATION,
-        EventKind.PYTHON_FUNCTION,
-        EventKind.MEMORY,
-        EventKind.OUT_OF_MEMORY,
-        EventKind.RUNTIME,
-        EventKind.DRIVER,
-    }
-)
 #: Events on a device lane: pid = device index, tid = stream / queue.
 DEVICE_KINDS = frozenset(
     {
@@ -315,7 +303,7 @@ class _Columns:
 
 
 def _kind_mask(kind: np.ndarray, kinds: frozenset[EventKind] | Sequence[EventKind]) -> np.ndarray:
-    return np.isin(kind, np.array([int(k) for k in kinds], dtype=np.int64))
+    return np.isin(kind, kind_codes(kinds))
 
 
 def _device_types_of_host_calls(cols: _Columns) -> np.ndarray:
@@ -480,7 +468,7 @@ class _ArgsText:
         )
         form[_kind_mask(kind, fragment_only) & has_fragment] = _ArgsForm.FRAGMENT_ONLY
         form[_kind_mask(kind, DEVICE_KINDS)] = _ArgsForm.DEVICE
-        form[_kind_mask(kind, (EventKind.RUNTIME, EventKind.DRIVER))] = _ArgsForm.HOST_CALL
+        form[_kind_mask(kind, API_CALL_KINDS)] = _ArgsForm.HOST_CALL
         self.form = form
         self.device_stream = _device_tid(cols) if (form == _ArgsForm.DEVICE).any() else None
         self._render = {

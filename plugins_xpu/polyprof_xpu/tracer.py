@@ -26,7 +26,7 @@ from polyprof.activity import ProfilerActivity
 from polyprof.components import Tracer
 from polyprof.config import ProfileConfig
 from polyprof.events import EventBatch
-from polyprof.session import ActivityUnavailableWarning, user_stacklevel
+from polyprof.session import ActivityUnavailableWarning, user_stacklevel, warn_activity_unavailable
 
 from polyprof_xpu import BUFFER_BYTES_ENV
 from polyprof_xpu import pti as pti_module
@@ -256,12 +256,7 @@ class XpuTracer(Tracer):
             self._notes = [f"XPU: nothing recorded: {self._failed_reason}"]
             self._decoder = None
             self._state = "failed"
-            warnings.warn(
-                f"XPU profiling is not available here ({self._failed_reason}); profiling continues without "
-                "ProfilerActivity.XPU",
-                XpuTracingUnavailableWarning,
-                stacklevel=user_stacklevel(),
-            )
+            warn_activity_unavailable(ProfilerActivity.XPU, self._failed_reason, XpuTracingUnavailableWarning)
             return
         lib = self._lib
         assert lib is not None

@@ -1,0 +1,115 @@
+"""Which torch polyprof supports, and what the installed one offers.
+
+polyprof reads torch's C++ collector directly, so the accessors it can call
+(``_KinetoEvent``), the flags it can set (``_ExperimentalConfig``) and the
+methods of the raw result (``_ProfilerResult``) depend on the torch release.
+They are asked of the installed torch once, here, instead of being assumed;
+every version-dependent decision elsewhere reads this module.
+
+Importing it never imports torch: ``installed()`` does, on first call.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import attrs
+
+#: Oldest and newest supported torch minors (inclusive): every minor in between is tested.
+SUPPORTED_MIN = (2, 6)
+SUPPORTED_MAX = (2, 15)
+SUPPORTED_RANGE_TEXT = f"{SUPPORTED_MIN[0]}.{SUPPORTED_MIN[1]} to {SUPPORTED_MAX[0]}.{SUPPORTED_MAX[1]}"
+
+#: What the tracer cannot work without, on every supported release.
+REQUIRED_EVENT_ACCESSORS = frozenset(
+    {"name", "start_ns", "end_ns", "start_thread_id", "end_thread_id", "is_async", "is_user_annotation"}
+)
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``"2.6.0+cu124"`` -> ``(2, 6, 0)``; pre-releases count as their release (``2.16.0a0`` -> 2.16.0)."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if match is None:
+        raise ValueError(f"not a torch version: {text!r}")
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+@attrs.frozen
+class TorchFeatures:
+    """What the installed torch's profiler offers, asked of it once."""
+
+    version_text: str
+    version: tuple[int, int, int]
+    #: Accessor methods of ``torch._C._autograd._KinetoEvent``.
+    event_accessors: frozenset[str]
+    #: Keyword arguments of ``torch._C._profiler._ExperimentalConfig``.
+    experimental_fields: frozenset[str]
+    #: Methods of ``torch._C._autograd._ProfilerResult``.
+    result_methods: frozenset[str]
+
+    @property
+    def minor(self) -> tuple[int, int]:
+        return self.version[:2]
+
+    def at_least(self, major: int, minor: int) -> bool:
+        return self.version[:2] >= (major, minor)
+
+    def has_accessor(self, name: str) -> bool:
+        return name in self.event_accessors
+
+    @property
+    def supported(self) -> bool:
+        return SUPPORTED_MIN <= self.minor <= SUPPORTED_MAX
+
+
+def _experimental_fields(config_type: Any) -> frozenset[str]:
+    """The keyword names of ``_ExperimentalConfig.__init__`` (pybind's signature line)."""
+    doc = getattr(config_type.__init__, "__doc__", "") or ""
+    first = doc.split("\n", 1)[0]
+    return frozenset(re.findall(r"(\w+): [^,)]+(?: = [^,)]+)?", first.split("(", 1)[-1])) - {"self"}
+
+
+def probe() -> TorchFeatures:
+    """Ask the installed torch (imports it); raises ImportError when it lacks the profiler."""
+    import torch
+    from torch._C._autograd import _KinetoEvent, _ProfilerResult
+    from torch._C._profiler import _ExperimentalConfig
+
+    return TorchFeatures(
+        version_text=str(torch.__version__),
+        version=parse_version(str(torch.__version__)),
+        event_accessors=frozenset(n for n in dir(_KinetoEvent) if not n.startswith("_")),
+        experimental_fields=_experimental_fields(_ExperimentalConfig),
+        result_methods=frozenset(n for n in dir(_ProfilerResult) if not n.startswith("_")),
+    )
+
+
+@functools.cache
+def installed() -> TorchFeatures:
+    """The installed torch's features (probed once per process)."""
+    return probe()
+
+
+def unsupported_reason() -> str | None:
+    """None when polyprof can drive the installed torch's profiler, else one line saying why not."""
+    try:
+        import torch
+    except ImportError as exc:
+        return f"torch is not installed ({exc}); polyprof supports torch {SUPPORTED_RANGE_TEXT}"
+    version = str(getattr(torch, "__version__", "unknown"))
+    try:
+        features = installed()
+    except (ImportError, AttributeError) as exc:
+        return (
+            f"torch {version} is built without its profiler ({exc}); polyprof supports torch "
+            f"{SUPPORTED_RANGE_TEXT} with the Kineto profiler"
+        )
+    if not features.supported:
+        return f"torch {version} is not supported: polyprof supports torch {SUPPORTED_RANGE_TEXT}"
+    missing = REQUIRED_EVENT_ACCESSORS - features.event_accessors
+    if missing:
+        return f"torch {version}'s profiler lacks {', '.join(sorted(missing))}; polyprof cannot read it"
+    return None

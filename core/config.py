@@ -36,6 +36,8 @@ class ProfileConfig:
     verbose: bool = False
     #: torch's ``_ExperimentalConfig(capture_overload_names=True)``.
     capture_overload_names: bool = False
+    #: torch's ``_ExperimentalConfig(trace_only=True)`` (2.13+): the trace only, no ``events()``.
+    trace_only: bool = False
     #: The user's ``torch._C._profiler._ExperimentalConfig``, passed through as is.
     experimental_config: Any = None
     trace_id: str = ""

@@ -89,39 +89,16 @@ def parse_activities(
 
 
 def _experimental_flags(experimental_config: Any) -> dict[str, bool]:
-    """Read verbose / profile_all_threads / capture_overload_names off torch's _ExperimentalConfig.
+    """verbose / profile_all_threads / capture_overload_names / trace_only of torch's _ExperimentalConfig.
 
-    torch exposes them only through pickling state; fall back to "unknown" (False
-    for verbose, True for overload names so they are read whenever they exist).
+    Their place in the config's state differs between torch releases;
+    polyprof.torch_support finds it on the installed one.
     """
-    flags = {"verbose": False, "profile_all_threads": False, "capture_overload_names": False}
     if experimental_config is None:
-        return flags
-    try:
-        state = experimental_config.__getstate__()
-    except Exception:  # noqa: BLE001 - older torch: no pickling support
-        state = None
-    if isinstance(state, tuple) and state:
-        flags["verbose"] = _state_flag(state, "verbose")
-        flags["profile_all_threads"] = _state_flag(state, "profile_all_threads")
-        flags["capture_overload_names"] = _state_flag(state, "capture_overload_names")
-    else:
-        log.debug("experimental_config_unreadable", state=repr(state))
-        flags["capture_overload_names"] = True
-    return flags
+        return {"verbose": False, "profile_all_threads": False, "capture_overload_names": False, "trace_only": False}
+    from polyprof.torch_support import experimental_flags
 
-
-#: Positions of flags in torch 2.13's ``_ExperimentalConfig.__getstate__()`` tuple.
-_EXPERIMENTAL_STATE_INDEX = {
-    "verbose": 2,
-    "profile_all_threads": 7,
-    "capture_overload_names": 8,
-}
-
-
-def _state_flag(state: tuple, name: str) -> bool:
-    idx = _EXPERIMENTAL_STATE_INDEX[name]
-    return bool(state[idx]) if idx < len(state) and isinstance(state[idx], bool) else False
+    return experimental_flags(experimental_config)
 
 
 class profile:  # noqa: N801 - torch's name

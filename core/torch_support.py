@@ -49,6 +49,8 @@ class TorchFeatures:
     experimental_fields: frozenset[str]
     #: Methods of ``torch._C._autograd._ProfilerResult``.
     result_methods: frozenset[str]
+    #: Whether ``_prepare_profiler`` takes ``activity_filter`` (torch's dict-form activities).
+    prepare_takes_activity_filter: bool = False
 
     @property
     def minor(self) -> tuple[int, int]:
@@ -75,7 +77,7 @@ def _experimental_fields(config_type: Any) -> frozenset[str]:
 def probe() -> TorchFeatures:
     """Ask the installed torch (imports it); raises ImportError when it lacks the profiler."""
     import torch
-    from torch._C._autograd import _KinetoEvent, _ProfilerResult
+    from torch._C._autograd import _KinetoEvent, _prepare_profiler, _ProfilerResult
     from torch._C._profiler import _ExperimentalConfig
 
     return TorchFeatures(
@@ -84,6 +86,7 @@ def probe() -> TorchFeatures:
         event_accessors=frozenset(n for n in dir(_KinetoEvent) if not n.startswith("_")),
         experimental_fields=_experimental_fields(_ExperimentalConfig),
         result_methods=frozenset(n for n in dir(_ProfilerResult) if not n.startswith("_")),
+        prepare_takes_activity_filter="activity_filter" in (_prepare_profiler.__doc__ or "").split("\n", 1)[0],
     )
 
 
@@ -113,3 +116,59 @@ def unsupported_reason() -> str | None:
     if missing:
         return f"torch {version}'s profiler lacks {', '.join(sorted(missing))}; polyprof cannot read it"
     return None
+
+
+#: The ``_ExperimentalConfig`` flags polyprof reads back from a user's config.
+READ_BACK_FLAGS = ("verbose", "profile_all_threads", "capture_overload_names", "trace_only")
+
+
+@functools.cache
+def _experimental_state_positions() -> dict[str, int]:
+    """Where each flag sits in ``_ExperimentalConfig.__getstate__()`` on this torch.
+
+    The tuple's layout changes between releases (2.6 has 6 entries, 2.13 and
+    2.15 have 12 in different orders) and most releases expose no attributes,
+    so each flag's position is found by setting it alone and seeing which
+    entry changes.
+    """
+    from torch._C._profiler import _ExperimentalConfig
+
+    base = _ExperimentalConfig().__getstate__()
+    positions = {}
+    for name in READ_BACK_FLAGS:
+        if name not in installed().experimental_fields:
+            continue
+        state = _ExperimentalConfig(**{name: True}).__getstate__()
+        changed = [i for i, (a, b) in enumerate(zip(base, state, strict=True)) if a != b]
+        if len(changed) == 1:
+            positions[name] = changed[0]
+    return positions
+
+
+def experimental_flags(experimental_config: Any) -> dict[str, bool]:
+    """The flags of a user's ``_ExperimentalConfig`` that polyprof acts on (False where absent)."""
+    flags = dict.fromkeys(READ_BACK_FLAGS, False)
+    if experimental_config is None:
+        return flags
+    state = experimental_config.__getstate__()
+    for name, position in _experimental_state_positions().items():
+        flags[name] = bool(state[position])
+    return flags
+
+
+def make_experimental_config(**flags: bool) -> Any:
+    """A ``_ExperimentalConfig`` with the given flags, leaving out those this torch lacks (when False).
+
+    Raises ``ValueError`` for a flag set to True that this torch does not have:
+    recording would silently differ from what was asked.
+    """
+    from torch._C._profiler import _ExperimentalConfig
+
+    fields = installed().experimental_fields
+    missing = sorted(name for name, value in flags.items() if value and name not in fields)
+    if missing:
+        raise ValueError(
+            f"torch {installed().version_text} has no _ExperimentalConfig option {', '.join(missing)} "
+            f"(its options: {', '.join(sorted(fields))})"
+        )
+    return _ExperimentalConfig(**{name: value for name, value in flags.items() if name in fields})

@@ -11,6 +11,7 @@ The module imports without torch; the plugin then reports itself unavailable.
 
 from __future__ import annotations
 
+import copy
 import gc
 import os
 import re
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from polyprof import torch_support
 from polyprof._log import get_logger
 from polyprof._memory import release_free_heap
 from polyprof.activity import ProfilerActivity
@@ -40,13 +42,15 @@ OUT_OF_MEMORY_EVENT_NAME = "[OutOfMemory]"
 
 
 def torch_unavailable_reason() -> str | None:
-    """None when torch's profiler can be driven here, else why not."""
+    """None when torch's profiler can be driven here, else why not (names the version and the range)."""
+    reason = torch_support.unsupported_reason()
+    if reason is not None:
+        return reason
     try:
-        import torch  # noqa: F401
         from torch._C._autograd import _disable_profiler, _enable_profiler, _prepare_profiler  # noqa: F401
         from torch._C._profiler import ProfilerConfig, ProfilerState  # noqa: F401
     except ImportError as exc:
-        return f"torch is not installed or lacks its profiler ({exc})"
+        return f"torch {torch_support.installed().version_text} lacks its profiler ({exc})"
     return None
 
 
@@ -64,6 +68,9 @@ def _accessor(events: list[Any], name: str) -> Any:
 
 
 def _column(events: list[Any], accessor: str, dtype: str) -> np.ndarray:
+    """One accessor over every event; zeros where the installed torch lacks the accessor."""
+    if not torch_support.installed().has_accessor(accessor):
+        return np.zeros(len(events), dtype=dtype)
     try:
         return np.fromiter(map(_accessor(events, accessor), events), dtype=dtype, count=len(events))
     except OverflowError:
@@ -211,6 +218,8 @@ def _intern_stream(values: Any, n: int) -> tuple[np.ndarray, tuple]:
 def _visible_events(result: Any) -> list[Any]:
     """``result.events()`` without the events torch's own parse skips (hidden ones)."""
     events = result.events()
+    if not torch_support.installed().has_accessor("is_hidden_event"):
+        return events  # a torch without the accessor (2.6) hides nothing: its parse reads every event
     hidden = _column(events, "is_hidden_event", "bool")
     if hidden.any():
         events = [ev for ev, h in zip(events, hidden.tolist(), strict=True) if not h]
@@ -260,23 +269,58 @@ def _own_python_frames(
     return mask
 
 
+UNDECODABLE_NAME = "<undecodable name>"
+UNDECODABLE_FRAME = "<undecodable stack frame>"
+
+
 def _safe_name(event: Any) -> str:
     try:
         return event.name()
     except UnicodeDecodeError:
-        # torch 2.13 sometimes hands out python_function names from freed memory
+        # torch sometimes hands out python_function names from freed memory
         # (first verbose profile of a process); keep the event, mark the name.
-        return "<undecodable name>"
+        return UNDECODABLE_NAME
+
+
+def _stacks(events: list[Any], notes: list[str]) -> list[tuple[str, ...]]:
+    """Every event's Python stack; a stack torch cannot decode is kept as one marker frame, and noted.
+
+    torch builds stacks from the same frame names that it sometimes reads from
+    freed memory; pybind then raises for the whole stack, which must not cost
+    the profile.
+    """
+    stack_of = _accessor(events, "stack")
+    stacks: list[tuple[str, ...]] = []
+    undecodable = 0
+    for event in events:
+        try:
+            stacks.append(tuple(stack_of(event)))
+        except UnicodeDecodeError:
+            undecodable += 1
+            stacks.append((UNDECODABLE_FRAME,))
+    if undecodable:
+        log.warning("undecodable_stacks", events=undecodable)
+        notes.append(
+            f"{undecodable} Python stack(s) in torch's result were not valid UTF-8 (a torch bug: frame "
+            f"names read from freed memory); each is kept as {UNDECODABLE_FRAME!r}"
+        )
+    return stacks
 
 
 def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventBatch, dict]:
     events = _visible_events(result)
     n = len(events)
+    notes: list[str] = []
     try:
         name_idx, names = _intern_stream(map(_accessor(events, "name"), events), n)
     except UnicodeDecodeError:
-        log.warning("undecodable_event_names", events=n)
         name_idx, names = _intern_stream(map(_safe_name, events), n)
+        bad = names.count(UNDECODABLE_NAME) and int((name_idx == names.index(UNDECODABLE_NAME)).sum())
+        log.warning("undecodable_event_names", events=bad)
+        notes.append(
+            f"{bad} event name(s) in torch's result were not valid UTF-8 (a torch bug: names read from "
+            f"freed memory); they are kept as {UNDECODABLE_NAME!r}"
+        )
     start = _column(events, "start_ns", "int64")
     end = _column(events, "end_ns", "int64")
     thread = _column(events, "start_thread_id", "int64")
@@ -321,9 +365,7 @@ def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventB
             (_shapes_key(s) for s in map(_accessor(events, "shapes"), events)), empty=()
         )
     if config.with_stack:
-        columns["stack"], tables["stack"] = intern_column(
-            (tuple(s) for s in map(_accessor(events, "stack"), events)), empty=()
-        )
+        columns["stack"], tables["stack"] = intern_column(_stacks(events, notes), empty=())
         python = np.flatnonzero(kind == EventKind.PYTHON_FUNCTION)
         for col in ("python_id", "python_parent_id"):
             values = np.full(n, -1, dtype=np.int64)
@@ -361,19 +403,36 @@ def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventB
             columns = {field: values[keep] for field, values in columns.items()}
     deferred = _DeferredDecoder(result, deferred_scalars, with_args, keep)
     batch = EventBatch.build(SOURCE, columns, tables, {f: deferred.provider(f) for f in deferred.fields()})
-    return batch, {"start_ns": int(result.trace_start_ns())}
+    return batch, {"start_ns": int(result.trace_start_ns()), "notes": notes}
 
 
 def _experimental_config(config: ProfileConfig) -> Any:
-    from torch._C._profiler import _ExperimentalConfig
+    """The user's ``_ExperimentalConfig``, or one with polyprof's flags; never with ``trace_only``.
 
-    if config.experimental_config is not None:
-        return config.experimental_config
-    return _ExperimentalConfig(
-        verbose=config.verbose,
-        profile_all_threads=config.profile_all_threads,
-        capture_overload_names=config.capture_overload_names,
-    )
+    polyprof always reads the events (its post-processing is cheap) and honours
+    ``trace_only`` itself: exports work and ``events()`` raises, as in torch.
+    """
+    user = config.experimental_config
+    if user is None:
+        return torch_support.make_experimental_config(
+            verbose=config.verbose,
+            profile_all_threads=config.profile_all_threads,
+            capture_overload_names=config.capture_overload_names,
+        )
+    if config.trace_only:
+        user = copy.copy(user)
+        user.trace_only = False
+    return user
+
+
+def _profiler_flag(enabled: bool) -> None:
+    """torch's ``_run_on_profiler_start`` / ``_run_on_profiler_stop``, called where torch calls them."""
+    from torch.autograd import profiler as autograd_profiler
+
+    if enabled:
+        autograd_profiler._run_on_profiler_start()
+    else:
+        autograd_profiler._run_on_profiler_stop()
 
 
 class TorchCpuTracer(Tracer):
@@ -389,6 +448,7 @@ class TorchCpuTracer(Tracer):
         self._start_ns = 0
         self._end_ns = 0
         self._result_start_ns = 0
+        self._notes: list[str] = []
 
     def _profiler_config(self) -> Any:
         from torch._C._profiler import ProfilerConfig, ProfilerState
@@ -423,7 +483,18 @@ class TorchCpuTracer(Tracer):
         self._check_no_other_profiler()
         self._cfg = self._profiler_config()
         self._torch_activities = {TorchActivity.CPU}
-        _prepare_profiler(self._cfg, self._torch_activities)
+        cpu_filter = self.config.activity_filters.get(ProfilerActivity.CPU)
+        if cpu_filter is None:
+            _prepare_profiler(self._cfg, self._torch_activities)
+        elif not torch_support.installed().prepare_takes_activity_filter:
+            raise ValueError(
+                f"torch {torch_support.installed().version_text} cannot filter CPU activity types "
+                "(activity filters need torch 2.13 or newer); pass activities=[ProfilerActivity.CPU]"
+            )
+        else:
+            _prepare_profiler(
+                self._cfg, self._torch_activities, activity_filter={TorchActivity.CPU: set(cpu_filter)}
+            )
         self._state = "prepared"
 
     def start(self) -> None:
@@ -432,8 +503,17 @@ class TorchCpuTracer(Tracer):
         if self._state != "prepared":
             self.prepare()
         self.outbox.reopen()
+        self._notes = []
         self._start_ns = time.time_ns()
-        _enable_profiler(self._cfg, self._torch_activities)
+        # torch's profiler flag, set as torch.profiler sets it: code that records extra ranges only
+        # under a profiler (torch.compile's "## Call CompiledFxGraph ##", AOTDispatcher wrappers,
+        # Inductor's kernel ranges) reads torch.autograd.profiler._is_profiler_enabled.
+        _profiler_flag(True)
+        try:
+            _enable_profiler(self._cfg, self._torch_activities)
+        except BaseException:
+            _profiler_flag(False)
+            raise
         self._state = "running"
 
     def stop(self) -> None:
@@ -447,6 +527,7 @@ class TorchCpuTracer(Tracer):
         finally:
             self._state = "idle"
             self._end_ns = time.time_ns()
+            _profiler_flag(False)
         self.outbox.put(result)
         self.outbox.close()
 
@@ -461,10 +542,15 @@ class TorchCpuTracer(Tracer):
     def decode(self, item: Any) -> list[EventBatch]:
         batch, facts = decode_result(item, self.config)
         self._result_start_ns = facts["start_ns"]
+        self._notes.extend(facts["notes"])
         return [batch]
 
     def trace_metadata(self) -> dict[str, Any]:
-        return {"start_ns": self._result_start_ns or self._start_ns, "end_ns": self._end_ns}
+        return {
+            "start_ns": self._result_start_ns or self._start_ns,
+            "end_ns": self._end_ns,
+            "notes": tuple(self._notes),
+        }
 
 
 class TorchCpuUnavailable(PolyprofError):

@@ -99,7 +99,7 @@ def test_basic_columns_and_deferred_columns() -> None:
         ]
     )
     batch, facts = decode_result(result, CONFIG, pid=7)
-    assert facts == {"start_ns": 1_000}
+    assert facts == {"start_ns": 1_000, "notes": []}
     assert batch.values("name") == ["outer", "aten::add"]
     assert batch["kind"].tolist() == [EventKind.USER_ANNOTATION, EventKind.CPU_OP]
     assert batch["dur_ns"].tolist() == [500, 100]

@@ -17,6 +17,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from collections import defaultdict
 from operator import methodcaller
 from typing import Any
@@ -32,6 +33,7 @@ from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
 from polyprof.events import EventBatch, EventKind, intern_column
 from polyprof.hookspecs import hookimpl
+from polyprof.session import user_stacklevel
 
 log = get_logger(__name__)
 
@@ -89,17 +91,100 @@ def _shapes_key(shapes: list) -> tuple:
 def _trace_args_by_event(result: Any, events: list[Any]) -> list[str | None]:
     """Kineto's own args fragment for each event (what its JSON writer prints).
 
-    ``trace_activities()`` lists the same events as ``events()`` in another
-    order; they are matched by (name, start ns), ties in order of appearance.
+    Where torch has ``trace_activities()`` (2.13+) the fragments come from its
+    activities' ``metadata_json()``; older torch has no accessor for them, so
+    its own writer (``result.save``) writes the trace once and the fragments
+    are read back from that file. Either way they are matched to ``events()``
+    by (name as Kineto writes it, start ns), ties in order of appearance.
     """
-    pending: dict[tuple[str, int], list[str]] = defaultdict(list)
-    for act in reversed(result.trace_activities()):
-        pending[(_safe_name(act), act.timestamp())].append(act.metadata_json())
+    if "trace_activities" in torch_support.installed().result_methods:
+        pending: dict[int, list[tuple[str, str]]] = defaultdict(list)
+        for act in result.trace_activities():
+            pending[act.timestamp()].append((_safe_name(act), act.metadata_json()))
+    else:
+        pending = _saved_trace_args(result)
+    for queue in pending.values():
+        queue.reverse()  # popped from the end: first in the file, first matched
     fragments: list[str | None] = []
-    for ev in events:
-        queue = pending.get((_safe_name(ev), ev.start_ns()))
-        fragments.append(queue.pop() if queue else None)
+    for name, start in zip(_kineto_names(events), map(_accessor(events, "start_ns"), events), strict=True):
+        queue = pending.get(start)
+        fragments.append(_pop_match(queue, name) if queue else None)
     return fragments
+
+
+def _kineto_names(events: list[Any]) -> list[str]:
+    """Names as Kineto writes them: ``aten::add.Tensor`` where torch recorded an overload name."""
+    names = [_safe_name(ev) for ev in events]
+    if events and hasattr(events[0], "overload_name"):  # torch 2.11+; empty unless capture_overload_names
+        for i, overload in enumerate(map(_accessor(events, "overload_name"), events)):
+            if overload:
+                names[i] = f"{names[i]}.{overload}"
+    return names
+
+
+def _pop_match(queue: list[tuple[str, str]], name: str) -> str | None:
+    """The fragment of the first entry named ``name`` (the queue is reversed), removed.
+
+    A lone entry with another name is the same event under a name Kineto
+    rewrote (it replaces backslashes and drops newlines in older releases).
+    """
+    for i in range(len(queue) - 1, -1, -1):
+        if queue[i][0] == name:
+            return queue.pop(i)[1]
+    if len(queue) == 1:
+        return queue.pop()[1]
+    return None
+
+
+#: Categories of the events ``events()`` lists, as torch's writer files them.
+_HOST_TRACE_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "cpu_instant_event"})
+
+
+def _saved_trace_args(result: Any) -> dict[int, list[tuple[str, str]]]:
+    """start ns -> [(name, args fragment)] of the host events, from torch's own writer.
+
+    The fragment is the event's ``args`` without the ``"External id"`` the
+    writer puts first (the exporter adds it back from the correlation id),
+    re-encoded compactly. A file torch wrote as invalid JSON (unescaped quotes
+    in names, before 2.15) gives no fragments: the exporter then writes the
+    standard args from the columns, and says so in the log.
+    """
+    import tempfile
+
+    import orjson
+
+    from polyprof.chrome_reader import us_to_ns
+
+    fd, path = tempfile.mkstemp(prefix="polyprof-kineto-", suffix=".json")
+    os.close(fd)
+    try:
+        result.save(path)
+        with open(path, "rb") as file:
+            raw = file.read()
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        log.warning("kineto_args_unreadable", reason=f"torch wrote invalid JSON: {exc}")
+        return {}
+    del raw
+    host = [
+        ev
+        for ev in doc.get("traceEvents", ())
+        if ev.get("cat") in _HOST_TRACE_CATEGORIES and isinstance(ev.get("args"), dict)
+    ]
+    base = int(doc.get("baseTimeNanoseconds", 0))
+    starts = (us_to_ns([ev.get("ts", 0) for ev in host]) + base).tolist()
+    pending: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    for ev, start in zip(host, starts, strict=True):
+        args = ev["args"]
+        args.pop("External id", None)
+        pending[start].append((str(ev.get("name", "")), orjson.dumps(args).decode()[1:-1]))
+    return pending
 
 
 #: What device attribution (polyprof.attribution) reads of every op: decoded at once when a
@@ -226,9 +311,11 @@ def _visible_events(result: Any) -> list[Any]:
     return events
 
 
-#: Frames that mark a Python call tree as polyprof's own event-bus thread.
+#: Frames that only polyprof's own bus threads run: the portal thread's entry, and the closer.
+#: Not every bus.py frame: the user's thread calls into the bus too (start, stop, statistics),
+#: and matching those took the user's whole call tree for polyprof's.
 _OWN_THREAD_FRAME = re.compile(
-    r"(^|/)(polyprof|core)/bus\.py\(|anyio/from_thread\.py\(\d+\): run_blocking_portal$"
+    r"anyio/from_thread\.py\(\d+\): run_blocking_portal$|(^|/)(polyprof|core)/bus\.py\(\d+\): _shut_down$"
 )
 
 
@@ -435,6 +522,64 @@ def _profiler_flag(enabled: bool) -> None:
         autograd_profiler._run_on_profiler_stop()
 
 
+class NestedProfilerWarning(UserWarning):
+    """A torch profiler started inside a polyprof recording; polyprof paused around it."""
+
+
+NESTED_PROFILER_MESSAGE = (
+    "a torch profiler (torch.profiler.profile or torch.autograd.profiler.profile) was started inside a "
+    "polyprof profile on the same thread. torch's collector keeps one session per process, so the inner "
+    "profiler would silently empty polyprof's profile: polyprof keeps what it recorded so far, pauses "
+    "while the inner profiler runs (those ops go to the inner profiler only) and resumes when it stops."
+)
+
+
+class _NestedProfilerGuard:
+    """Keeps a polyprof recording alive across a torch profiler started inside it.
+
+    torch's own ``_prepare_profiler`` for a second session discards the running
+    one (2.13 logs a warning and returns nothing; 2.6 raises at the outer
+    stop). While polyprof records, ``torch.autograd.profiler``'s module-level
+    ``_prepare_profiler`` (which every torch Kineto profiler calls first) and
+    ``_run_on_profiler_stop`` (which it calls last) are wrapped: the first
+    hands polyprof's partial result over and pauses, the second resumes.
+    Only calls on the recording thread are affected.
+    """
+
+    def __init__(self, tracer: TorchCpuTracer) -> None:
+        self._tracer = tracer
+        self._thread = threading.get_ident()
+        self._originals: dict[str, Any] = {}
+
+    def install(self) -> None:
+        from torch.autograd import profiler as autograd_profiler
+
+        prepare = autograd_profiler._prepare_profiler
+        stop = autograd_profiler._run_on_profiler_stop
+        self._originals = {"_prepare_profiler": prepare, "_run_on_profiler_stop": stop}
+
+        def guarded_prepare(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() == self._thread:
+                self._tracer._pause_for_inner_profiler()
+            return prepare(*args, **kwargs)
+
+        def guarded_stop() -> None:
+            stop()
+            if threading.get_ident() == self._thread:
+                self._tracer._resume_after_inner_profiler()
+
+        autograd_profiler._prepare_profiler = guarded_prepare
+        autograd_profiler._run_on_profiler_stop = guarded_stop
+
+    def uninstall(self) -> None:
+        """Put torch's functions back (before polyprof's own ``_run_on_profiler_stop``)."""
+        from torch.autograd import profiler as autograd_profiler
+
+        for name, original in self._originals.items():
+            setattr(autograd_profiler, name, original)
+        self._originals = {}
+
+
 class TorchCpuTracer(Tracer):
     """Records torch ops, record_function ranges, memory, shapes, FLOPs and stacks."""
 
@@ -504,6 +649,7 @@ class TorchCpuTracer(Tracer):
             self.prepare()
         self.outbox.reopen()
         self._notes = []
+        self._result_start_ns = 0
         self._start_ns = time.time_ns()
         # torch's profiler flag, set as torch.profiler sets it: code that records extra ranges only
         # under a profiler (torch.compile's "## Call CompiledFxGraph ##", AOTDispatcher wrappers,
@@ -515,10 +661,54 @@ class TorchCpuTracer(Tracer):
             _profiler_flag(False)
             raise
         self._state = "running"
+        self._guard = _NestedProfilerGuard(self)
+        self._guard.install()
+
+    def _pause_for_inner_profiler(self) -> None:
+        """A torch profiler is about to start on this thread: keep what was recorded, then step aside."""
+        from torch._C._autograd import _disable_profiler
+
+        if self._state != "running":
+            return
+        warnings.warn(NESTED_PROFILER_MESSAGE, NestedProfilerWarning, stacklevel=user_stacklevel())
+        log.warning("nested_torch_profiler", action="paused")
+        self.outbox.put(_disable_profiler())
+        self._state = "paused"
+        self._notes.append(
+            "a torch profiler ran inside this recording; polyprof paused while it ran, so its ops are "
+            "missing here (they are in that profiler's results)"
+        )
+
+    def _resume_after_inner_profiler(self) -> None:
+        from torch._C._autograd import _enable_profiler, _prepare_profiler
+
+        if self._state != "paused":
+            return
+        cpu_filter = self.config.activity_filters.get(ProfilerActivity.CPU)
+        if cpu_filter is None:
+            _prepare_profiler(self._cfg, self._torch_activities)
+        else:
+            from torch._C._profiler import ProfilerActivity as TorchActivity
+
+            _prepare_profiler(
+                self._cfg, self._torch_activities, activity_filter={TorchActivity.CPU: set(cpu_filter)}
+            )
+        _profiler_flag(True)
+        _enable_profiler(self._cfg, self._torch_activities)
+        self._state = "running"
+        log.info("nested_torch_profiler", action="resumed")
 
     def stop(self) -> None:
         from torch._C._autograd import _disable_profiler
 
+        guard, self._guard = getattr(self, "_guard", None), None
+        if guard is not None:
+            guard.uninstall()
+        if self._state == "paused":  # the inner profiler never stopped: what it took is its own
+            self._state = "idle"
+            self._end_ns = time.time_ns()
+            self.outbox.close()
+            return
         if self._state != "running":
             self.outbox.close()
             return
@@ -541,7 +731,8 @@ class TorchCpuTracer(Tracer):
 
     def decode(self, item: Any) -> list[EventBatch]:
         batch, facts = decode_result(item, self.config)
-        self._result_start_ns = facts["start_ns"]
+        # A recording paused around a nested profiler has several results: the first start counts.
+        self._result_start_ns = min(filter(None, (self._result_start_ns, facts["start_ns"])))
         self._notes.extend(facts["notes"])
         return [batch]
 

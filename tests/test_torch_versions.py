@@ -1,0 +1,297 @@
+"""The torch tracer on whichever supported torch is installed: torch is the oracle.
+
+These run unchanged on every torch from 2.6 to 2.15 (CI runs them on 2.6,
+2.13 and 2.15): each asks the installed torch what it offers, as the tracer
+does, and compares polyprof with that torch's own profiler.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from polyprof import torch_support
+from polyprof.activity import ProfilerActivity as PA
+from polyprof.config import ProfileConfig
+
+torch = pytest.importorskip("torch")
+from torch._C._profiler import _ExperimentalConfig  # noqa: E402
+from torch.profiler import profile as torch_profile  # noqa: E402
+
+import polyprof  # noqa: E402
+from polyprof.plugins import torch_cpu  # noqa: E402
+
+FEATURES = torch_support.installed()
+
+
+# ------------------------------------------------------------ supported range
+
+
+@pytest.mark.parametrize(
+    ("version", "supported"),
+    [("2.5.1", False), ("2.6.0", True), ("2.10.0+cu128", True), ("2.15.0", True), ("2.16.0a0", False)],
+)
+def test_torch_outside_the_range_is_one_clear_reason(monkeypatch, version: str, supported: bool) -> None:
+    monkeypatch.setattr(torch, "__version__", version)
+    fake = torch_support.TorchFeatures(
+        version_text=version,
+        version=torch_support.parse_version(version),
+        event_accessors=FEATURES.event_accessors,
+        experimental_fields=FEATURES.experimental_fields,
+        result_methods=FEATURES.result_methods,
+    )
+    monkeypatch.setattr(torch_support, "installed", lambda: fake)
+    reason = torch_cpu.torch_unavailable_reason()
+    if supported:
+        assert reason is None
+        return
+    assert reason == f"torch {version} is not supported: polyprof supports torch 2.6 to 2.15"
+    caps = torch_cpu.polyprof_capabilities()
+    assert caps.unavailable_reason == reason
+
+
+def test_installed_torch_is_supported_and_readable() -> None:
+    assert torch_cpu.torch_unavailable_reason() is None
+    assert FEATURES.supported
+    assert torch_support.REQUIRED_EVENT_ACCESSORS <= FEATURES.event_accessors
+    assert "verbose" in FEATURES.experimental_fields
+
+
+def test_experimental_flags_are_read_back_on_this_torch() -> None:
+    readable = [f for f in torch_support.READ_BACK_FLAGS if f in FEATURES.experimental_fields]
+    assert "verbose" in readable
+    assert torch_support.experimental_flags(_ExperimentalConfig()) == dict.fromkeys(
+        torch_support.READ_BACK_FLAGS, False
+    )
+    for flag in readable:
+        flags = torch_support.experimental_flags(_ExperimentalConfig(**{flag: True}))
+        assert flags == {f: f == flag for f in torch_support.READ_BACK_FLAGS}, flag
+
+
+def test_a_flag_this_torch_lacks_is_a_clear_error(monkeypatch) -> None:
+    lacking = attrs_evolve(FEATURES, experimental_fields=FEATURES.experimental_fields - {"profile_all_threads"})
+    monkeypatch.setattr(torch_support, "installed", lambda: lacking)
+    with pytest.raises(ValueError, match="has no _ExperimentalConfig option profile_all_threads"):
+        torch_support.make_experimental_config(verbose=False, profile_all_threads=True)
+    # Off, the missing flag is simply left out.
+    assert torch_support.make_experimental_config(verbose=True, profile_all_threads=False) is not None
+
+
+def attrs_evolve(features: Any, **changes: Any) -> Any:
+    import attrs
+
+    return attrs.evolve(features, **changes)
+
+
+# ------------------------------------------------------- differential checks
+
+
+def _names(prof: Any) -> Counter:
+    return Counter(e.name for e in prof.events())
+
+
+def test_ops_agree_with_torch_on_this_version() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    x = torch.randn(4, 8)
+    model(x).sum().backward()
+    kwargs = {"record_shapes": True, "profile_memory": True, "with_flops": True}
+    with torch_profile(**kwargs) as theirs:
+        model(x).sum().backward()
+    with polyprof.profile(**kwargs) as ours:
+        model(x).sum().backward()
+    assert _names(ours) == _names(theirs)
+
+
+def test_profiler_flag_is_set_as_torch_sets_it() -> None:
+    from torch.autograd import profiler as autograd_profiler
+
+    assert not autograd_profiler._is_profiler_enabled
+    with polyprof.profile():
+        assert autograd_profiler._is_profiler_enabled
+    assert not autograd_profiler._is_profiler_enabled
+
+
+def test_ranges_torch_emits_only_under_its_profiler_flag() -> None:
+    """torch.compile's wrappers record ranges only when torch's profiler flag is set."""
+
+    def fn(x: Any) -> Any:
+        return (x.sin() + 1).cos()
+
+    compiled = torch.compile(fn, backend="aot_eager")
+    x = torch.randn(8, requires_grad=True)
+    compiled(x).sum().backward()  # compile outside the profiles
+
+    def ranges(prof: Any) -> set[str]:
+        return {e.name for e in prof.events() if not e.name.startswith("aten::")}
+
+    with torch_profile() as theirs:
+        compiled(x).sum().backward()
+    with polyprof.profile() as ours:
+        compiled(x).sum().backward()
+    assert ranges(ours) == ranges(theirs)
+    assert any("Compiled" in name for name in ranges(ours))
+
+
+def _user_frames(prof: Any) -> Counter:
+    """python_function events of the user's code and modules (not of either profiler's machinery)."""
+    return Counter(
+        re.sub(r"\(\d+\)", "(N)", e.name)  # the two profiles are entered from different lines
+        for e in prof.events()
+        if e.name.startswith("nn.Module:") or "test_torch_versions.py" in e.name or "/nn/modules/" in e.name
+    )
+
+
+def test_with_stack_keeps_the_users_python_functions() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+    def step() -> None:
+        model(torch.ones(2, 4)).sum()
+
+    step()
+    kwargs = {"with_stack": True, "experimental_config": _ExperimentalConfig(verbose=True)}
+    with torch_profile(**kwargs) as theirs:
+        step()
+    with polyprof.profile(**kwargs) as ours:
+        step()
+    theirs_frames, ours_frames = _user_frames(theirs), _user_frames(ours)
+    assert ours_frames == theirs_frames
+    if FEATURES.has_accessor("is_python_function"):
+        # torch puts python_function events in events() from the release that can tell them apart.
+        assert any(name.startswith("nn.Module: Sequential") for name in ours_frames)
+    else:
+        assert not ours_frames  # older torch: python functions only reach the trace
+
+
+def test_no_bus_frames_among_the_users_python_functions() -> None:
+    with polyprof.profile(with_stack=True, experimental_config=_ExperimentalConfig(verbose=True)) as ours:
+        torch.ones(3).add(1)
+    assert not [e.name for e in ours.events() if "run_blocking_portal" in e.name]
+
+
+# --------------------------------------------------------------- trace_only
+
+
+@pytest.mark.skipif("trace_only" not in FEATURES.experimental_fields, reason="this torch has no trace_only")
+def test_trace_only_exports_the_ops_and_refuses_events(tmp_path) -> None:
+    import json
+
+    config = _ExperimentalConfig(trace_only=True)
+    with torch_profile(experimental_config=config) as theirs:
+        torch.ones(3).add(1)
+    with polyprof.profile(experimental_config=_ExperimentalConfig(trace_only=True)) as ours:
+        torch.ones(3).add(1)
+    with pytest.raises(RuntimeError) as torch_error:
+        theirs.events()
+    with pytest.raises(RuntimeError) as our_error:
+        ours.events()
+    assert str(our_error.value) == str(torch_error.value)
+    with pytest.raises(RuntimeError, match="trace_only=True"):
+        ours.key_averages()
+    path = tmp_path / "trace.json"
+    ours.export_chrome_trace(str(path))
+    names = {e.get("name") for e in json.loads(path.read_text())["traceEvents"]}
+    assert "aten::add" in names
+
+
+# ------------------------------------------------ undecodable bytes from torch
+
+
+class _FakeEvent:
+    def __init__(self, name: str, start: int, stack_ok: bool = True) -> None:
+        self._name, self._start, self._stack_ok = name, start, stack_ok
+
+    def name(self) -> str:
+        return self._name
+
+    def start_ns(self) -> int:
+        return self._start
+
+    def end_ns(self) -> int:
+        return self._start + 10
+
+    def start_thread_id(self) -> int:
+        return 1
+
+    end_thread_id = start_thread_id
+
+    def is_async(self) -> bool:
+        return False
+
+    def is_user_annotation(self) -> bool:
+        return False
+
+    def is_hidden_event(self) -> bool:
+        return False
+
+    def is_python_function(self) -> bool:
+        return False
+
+    def stack(self) -> list[str]:
+        if not self._stack_ok:
+            raise UnicodeDecodeError("utf-8", b"\xe8", 0, 1, "invalid continuation byte")
+        return ["file.py(1): f"]
+
+    def sequence_nr(self) -> int:
+        return -1
+
+    def fwd_thread_id(self) -> int:
+        return 0
+
+    def scope(self) -> int:
+        return 0
+
+
+class _FakeResult:
+    def __init__(self, events: list[_FakeEvent]) -> None:
+        self._events = events
+
+    def events(self) -> list[_FakeEvent]:
+        return self._events
+
+    def trace_start_ns(self) -> int:
+        return 100
+
+
+def test_an_undecodable_stack_is_replaced_and_noted_not_fatal() -> None:
+    result = _FakeResult([_FakeEvent("aten::add", 100), _FakeEvent("aten::mul", 120, stack_ok=False)])
+    config = ProfileConfig(activities={PA.CPU}, with_stack=True)
+    batch, facts = torch_cpu.decode_result(result, config, pid=1)
+    assert batch.values("name") == ["aten::add", "aten::mul"]
+    assert batch.values("stack") == [("file.py(1): f",), (torch_cpu.UNDECODABLE_FRAME,)]
+    assert len(facts["notes"]) == 1 and "1 Python stack(s)" in facts["notes"][0]
+
+
+# ----------------------------------------------- a torch profiler inside ours
+
+
+def test_a_torch_profiler_inside_ours_warns_and_both_keep_their_ops() -> None:
+    x = torch.ones(4)
+    with pytest.warns(torch_cpu.NestedProfilerWarning, match="started inside a polyprof profile"):
+        with polyprof.profile() as ours:
+            for _ in range(3):
+                x.add(1)
+            with torch_profile() as inner:
+                x.mul(2)
+            for _ in range(4):
+                x.sub(1)
+    ours_ops = Counter(e.name for e in ours.events())
+    assert ours_ops["aten::add"] == 3 and ours_ops["aten::sub"] == 4
+    assert ours_ops["aten::mul"] == 0
+    assert Counter(e.name for e in inner.events())["aten::mul"] == 1
+    assert any("torch profiler ran inside" in note for note in ours.trace.notes)
+    # torch's functions are back in place once the recording ends.
+    from torch.autograd import profiler as autograd_profiler
+
+    assert autograd_profiler._prepare_profiler is torch._C._autograd._prepare_profiler
+
+
+def test_without_a_nested_profiler_nothing_is_noted() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch_cpu.NestedProfilerWarning)
+        with polyprof.profile() as ours:
+            torch.ones(2).add(1)
+    assert not any("torch profiler ran inside" in note for note in ours.trace.notes)

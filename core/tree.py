@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
+from polyprof import torch_support
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.events import API_CALL_KINDS, FIELDS, DeviceType, EventBatch, EventKind, kind_codes
@@ -73,7 +74,9 @@ __all__ = [
     "OUT_OF_MEMORY_EVENT_NAME",
     "VALID_USE_DEVICES",
     "EventTree",
+    "PostProcessingRules",
     "filter_stack_entry",
+    "post_processing_rules",
     "python_sum_by_segment",
     "remember_tree",
     "rewrite_name",
@@ -111,6 +114,8 @@ _FILTERED_STACK_ENTRIES: tuple[tuple[str, str], ...] = (
 #: Memory records counted as CPU memory / device memory (torch's two lists).
 _CPU_MEMORY_DEVICES = (DeviceType.CPU, DeviceType.MKLDNN, DeviceType.IDEEP)
 _DEVICE_MEMORY_DEVICES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.HIP, DeviceType.XPU)
+#: Before torch 2.8, XPU memory records counted as neither CPU nor device memory.
+_DEVICE_MEMORY_DEVICES_BEFORE_2_8 = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.HIP)
 #: Device rows that become kernels of the CPU row that launched them.
 _KERNEL_DEVICES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.XPU)
 #: Device rows whose own elapsed time is their device time.
@@ -135,6 +140,113 @@ VALID_USE_DEVICES: tuple[str | None, ...] = (None, *(d for _, d in _USE_DEVICE_B
 _COMPENSATED_SUM = sys.version_info >= (3, 12)
 #: Segments longer than this are summed by CPython's own ``sum`` (see ``python_sum_by_segment``).
 _LONG_SEGMENT = 48
+
+
+# ------------------------------------------------------------------ torch version rules
+
+
+@attrs.frozen
+class PostProcessingRules:
+    """What differs, between supported torch releases, in torch's Python post-processing.
+
+    ``for_torch(2, N)`` gives one release's rules; ``post_processing_rules()``
+    those of the torch installed here. docs/torch-versions.md lists every
+    difference with the release that introduced it, including the torch bugs
+    polyprof does not copy (device time of XPU and HPU rows, see there).
+    """
+
+    #: The torch minor these rules copy, e.g. ``(2, 13)``.
+    torch_minor: tuple[int, int]
+    #: 2.7: events carry overload names: the table may get an Overload Name column and
+    #: ``key_averages`` may group by them (2.6 has neither).
+    overload_names: bool
+    #: 2.8: memory records on XPU count as device memory (before: as neither CPU nor device memory).
+    xpu_memory_is_device_memory: bool
+    #: 2.8: the table's memory units are ``GB MB KB B`` (before: ``Gb Mb Kb b``).
+    memory_units: tuple[str, str, str, str]
+    #: Before 2.11: an op's memory window is ``[start_ns / 1000 * 1000, end_ns / 1000 * 1000]``
+    #: computed in floats (``MemRecordsAcc.in_interval`` took microseconds), so its bounds are
+    #: rounded to the nearest double (256 ns steps at today's epoch times).
+    memory_window_through_us: bool
+    #: 2.14 only: rows whose activity is "overhead" never launch device work (2.15 replaced
+    #: this test with ``launcher_needs_external_id``).
+    overhead_launches_nothing: bool
+    #: 2.15: only rows with a non-zero external id launch device work.
+    launcher_needs_external_id: bool
+    #: 2.14: ``key_averages`` leaves python_function rows out unless ``include_python_functions``.
+    key_averages_skips_python_functions: bool
+
+    @classmethod
+    def for_torch(cls, major: int, minor: int, *, overload_names: bool | None = None) -> PostProcessingRules:
+        """The rules of torch ``major.minor``; releases past the newest known one get the newest rules.
+
+        :param overload_names: what the installed torch says (its ``_KinetoEvent.overload_name``
+            accessor); None decides by the version.
+        """
+        at_least = functools.partial(_version_at_least, (major, minor))
+        return cls(
+            torch_minor=(major, minor),
+            overload_names=at_least(2, 7) if overload_names is None else overload_names,
+            xpu_memory_is_device_memory=at_least(2, 8),
+            memory_units=("GB", "MB", "KB", "B") if at_least(2, 8) else ("Gb", "Mb", "Kb", "b"),
+            memory_window_through_us=not at_least(2, 11),
+            overhead_launches_nothing=(major, minor) == (2, 14),
+            launcher_needs_external_id=at_least(2, 15),
+            key_averages_skips_python_functions=at_least(2, 14),
+        )
+
+    @classmethod
+    def newest(cls) -> PostProcessingRules:
+        """The rules of the newest supported torch."""
+        return cls.for_torch(*torch_support.SUPPORTED_MAX)
+
+
+def _version_at_least(version: tuple[int, int], major: int, minor: int) -> bool:
+    return version >= (major, minor)
+
+
+@functools.lru_cache(maxsize=8)
+def _rules_for(major: int, minor: int, overload_names: bool | None) -> PostProcessingRules:
+    return PostProcessingRules.for_torch(major, minor, overload_names=overload_names)
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_torch_version() -> tuple[int, int] | None:
+    """The installed torch's minor from its distribution metadata (never imports torch)."""
+    import importlib.metadata
+
+    try:
+        text = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    try:
+        return torch_support.parse_version(text)[:2]
+    except ValueError:
+        log.warning("torch_version_unreadable", version=text, using="newest post-processing rules")
+        return None
+
+
+def post_processing_rules() -> PostProcessingRules:
+    """The post-processing rules of the torch installed here.
+
+    When torch is already imported its features are asked (``torch_support``);
+    otherwise (``polyprof report`` on a saved trace) the installed version is
+    read from package metadata, so torch is not imported just for that.
+    Without torch, the newest supported release's rules apply: saved traces
+    do not record which torch wrote them.
+    """
+    if sys.modules.get("torch") is not None:
+        try:
+            features = torch_support.installed()
+        except (ImportError, AttributeError):
+            features = None
+        if features is not None:
+            return _rules_for(*features.minor, features.has_accessor("overload_name"))
+    version = _installed_torch_version()
+    if version is None:
+        return _rules_for(*torch_support.SUPPORTED_MAX, None)
+    return _rules_for(*version, None)
+
 
 
 def use_device_for(config: ProfileConfig) -> str | None:
@@ -573,22 +685,31 @@ class EventTree:
     # -------------------------------------------------------------- build
 
     @classmethod
-    def from_trace(cls, trace: Trace, *, use_device: str | None) -> EventTree:
+    def from_trace(
+        cls, trace: Trace, *, use_device: str | None, rules: PostProcessingRules | None = None
+    ) -> EventTree:
         """Build the tree of ``trace`` as torch would for ``use_device``.
 
         :param use_device: torch's ``use_device`` (``"cuda"``, ``"xpu"``, ...);
             None makes every device time 0, as in torch.
+        :param rules: the torch release to copy; by default the installed one
+            (``post_processing_rules()``).
         :raises ValueError: an event has a negative ``linked_correlation_id``.
         """
         if use_device is not None and not isinstance(use_device, str):
             raise TypeError(f"use_device must be a str or None, not {use_device!r}")
+        if rules is None:
+            rules = post_processing_rules()
+        elif not isinstance(rules, PostProcessingRules):
+            raise TypeError(f"rules must be a PostProcessingRules or None, not {rules!r}")
         started = time.perf_counter()
-        tree = _Builder(trace, use_device).build()
+        tree = _Builder(trace, use_device, rules).build()
         log.debug(
             "event_tree_built",
             events=len(trace.events),
             rows=len(tree),
             use_device=use_device,
+            torch_rules=rules.torch_minor,
             seconds=round(time.perf_counter() - started, 4),
         )
         return tree
@@ -678,23 +799,67 @@ def _row_column(
         return values
     if name == "fwd_thread":
         return np.where(syn, thread, _gather(batch, "fwd_thread", source))
-    if name == "external_id" and not batch.has("external_id"):
-        linked = _gather(batch, "linked_correlation_id", source)
-        own = np.where(np.isin(kind, _NO_EXTERNAL_ID_KINDS), 0, _gather(batch, "correlation_id", source))
-        return np.where(syn, 0, np.where(linked > 0, linked, own))
+    if name == "external_id":
+        return _external_ids(batch, source, syn, kind)
     synthetic_value = {"sequence_nr": -1, "python_id": -1, "python_parent_id": -1}.get(name, 0)
     values = _gather(batch, name, source)
     values[syn] = synthetic_value
     return values
 
 
+def _external_ids(
+    batch: EventBatch, source: np.ndarray, synthetic: np.ndarray, kind: np.ndarray | None = None
+) -> np.ndarray:
+    """torch's ``FunctionEvent.external_id`` of rows ``source`` (0 for synthetic rows).
+
+    Without a recorded column it is Kineto's: the linked op's id for linked
+    rows, 0 for device and API rows, else the row's own correlation id.
+    """
+    if batch.has("external_id"):
+        values = _gather(batch, "external_id", source)
+    else:
+        kind = _gather(batch, "kind", source) if kind is None else kind
+        linked = _gather(batch, "linked_correlation_id", source)
+        own = np.where(np.isin(kind, _NO_EXTERNAL_ID_KINDS), 0, _gather(batch, "correlation_id", source))
+        values = np.where(linked > 0, linked, own)
+    return np.where(synthetic, 0, values)
+
+
+#: Below this many ns, ``ns / 1000`` is left to Python (see ``_through_us``).
+_EXACT_NUMPY_NS = 10**9
+
+
+def _through_us(ns: np.ndarray) -> np.ndarray:
+    """Python's ``ns / 1000 * 1000`` (int true division, then a float product) for int64 ``ns``.
+
+    ``q + r / 1000`` (``q, r = divmod(ns, 1000)``) is the correctly rounded
+    quotient when ``q`` is large enough that the rounding of ``r / 1000``
+    cannot cross a halfway point of the sum; smaller values go through Python.
+    """
+    q, r = np.divmod(ns, 1000)
+    us = q.astype(np.float64) + r / 1000.0
+    small = np.flatnonzero(np.abs(ns) < _EXACT_NUMPY_NS)
+    if len(small):
+        us[small] = [v / 1000 for v in ns[small].tolist()]
+    return us * 1000.0
+
+
+def _window_through_us(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Integer bounds equivalent to torch < 2.11's float ones for ``bisect`` over int ns.
+
+    ``bisect_left(ints, x)`` = first int >= ceil(x); ``bisect_right(ints, y)`` = first int > floor(y).
+    """
+    return np.ceil(_through_us(first)).astype(np.int64), np.floor(_through_us(last)).astype(np.int64)
+
+
 class _Builder:
     """One ``EventTree.from_trace`` computation, in steps named after torch's."""
 
-    def __init__(self, trace: Trace, use_device: str | None) -> None:
+    def __init__(self, trace: Trace, use_device: str | None, rules: PostProcessingRules) -> None:
         self.trace = trace
         self.batch = trace.events
         self.use_device = use_device
+        self.rules = rules
 
     def build(self) -> EventTree:
         b = self.batch
@@ -789,11 +954,15 @@ class _Builder:
         mem = np.flatnonzero(name_col == mem_id)
         oom = np.flatnonzero(name_col == oom_id)
 
+        device_memory_devices = _DEVICE_MEMORY_DEVICES
+        if not self.rules.xpu_memory_is_device_memory:
+            device_memory_devices = _DEVICE_MEMORY_DEVICES_BEFORE_2_8
+
         def split(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             dt = _host_aware_device_type(b, idx)
             nbytes = _gather(b, "nbytes", idx)
             cpu = np.where(np.isin(dt, _CPU_MEMORY_DEVICES), nbytes, 0)
-            dev = np.where(np.isin(dt, _DEVICE_MEMORY_DEVICES), nbytes, 0)
+            dev = np.where(np.isin(dt, device_memory_devices), nbytes, 0)
             return cpu.astype(np.int64), dev.astype(np.int64)
 
         kept_cpu = np.zeros(len(kept), dtype=np.int64)
@@ -808,8 +977,12 @@ class _Builder:
             cum_dev = np.r_[0, np.cumsum(dev_bytes)]
             on_cpu = np.flatnonzero(_host_aware_device_type(b, kept) == DeviceType.CPU)
             rows = kept[on_cpu]
-            lo = np.searchsorted(times, start_ns[rows], side="left")
-            hi = np.maximum(np.searchsorted(times, end_ns[rows], side="right"), lo)
+            first, last = start_ns[rows], end_ns[rows]
+            if self.rules.memory_window_through_us:
+                # torch < 2.11 compares each record's int ns with the float ``ns / 1000 * 1000``
+                first, last = _window_through_us(first, last)
+            lo = np.searchsorted(times, first, side="left")
+            hi = np.maximum(np.searchsorted(times, last, side="right"), lo)
             kept_cpu[on_cpu] = cum_cpu[hi] - cum_cpu[lo]
             kept_dev[on_cpu] = cum_dev[hi] - cum_dev[lo]
             cover = np.bincount(lo, minlength=len(mem) + 1) - np.bincount(hi, minlength=len(mem) + 1)
@@ -856,7 +1029,12 @@ class _Builder:
         if not len(linked_rows):
             return empty, empty, thread
         event_id = _gather(self.batch, "correlation_id", source)
-        frontend = np.flatnonzero((linked == 0) & (device_type == DeviceType.CPU) & ~is_async & ~synthetic)
+        launcher = (linked == 0) & (device_type == DeviceType.CPU) & ~is_async & ~synthetic
+        if self.rules.overhead_launches_nothing:
+            launcher &= _gather(self.batch, "kind", source) != EventKind.OVERHEAD
+        if self.rules.launcher_needs_external_id:
+            launcher &= _external_ids(self.batch, source, synthetic) != 0
+        frontend = np.flatnonzero(launcher)
         frontend = frontend[np.argsort(event_id[frontend], kind="stable")]
         ids = event_id[frontend]
         lo = np.searchsorted(ids, linked[linked_rows], side="left")

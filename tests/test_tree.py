@@ -2,12 +2,16 @@
 
 Synthetic event sets (hypothesis) are turned two ways: into an ``EventBatch``
 for ``EventTree.from_trace``, and into fake ``_KinetoEvent`` objects (same
-accessors, same values) fed to torch 2.13's real
-``profile._parse_kineto_results`` and ``EventList._build_tree``. Every row
-attribute must then be identical, floats bit for bit: names, order, parents,
-children, self times, memory, kernels and device times, stacks. The same data
-also checks invariants that hold whatever torch does. Real-profile
-comparisons live in test_results.py.
+accessors as the installed torch's ``_KinetoEvent``, same values) fed to the
+installed torch's real ``profile._parse_kineto_results`` and
+``EventList._build_tree``. Every row attribute must then be identical, floats
+bit for bit: names, order, parents, children, self times, memory, kernels and
+device times, stacks. This runs on every supported torch, each against its
+own code; the one deliberate difference (XPU device rows before torch 2.11,
+where torch's own ``device_time_total`` raises) is checked against torch on
+the same events with those rows labelled CUDA. The same data also checks
+invariants that hold whatever torch does. Real-profile comparisons live in
+test_results.py.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from polyprof import torch_support
 from polyprof import tree as tree_module
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
@@ -31,9 +36,12 @@ from polyprof.tree import (
     FILTERED_NAMES,
     LAZY_COLUMNS,
     EventTree,
+    PostProcessingRules,
     _neumaier_by_segment,
     _populate_parents,
+    _through_us,
     filter_stack_entry,
+    post_processing_rules,
     python_sum_by_segment,
     rewrite_name,
     tree_for,
@@ -57,18 +65,27 @@ ACTIVITY_TYPE = {
     EventKind.GPU_MEMCPY: "gpu_memcpy",
     EventKind.GPU_USER_ANNOTATION: "gpu_user_annotation",
     EventKind.RUNTIME: "cuda_runtime",
+    EventKind.OVERHEAD: "overhead",
 }
 CPU_SIDE = (EventKind.CPU_OP, EventKind.USER_ANNOTATION, EventKind.PYTHON_FUNCTION)
+NO_EXTERNAL_ID = (EventKind.KERNEL, EventKind.GPU_MEMCPY, EventKind.GPU_MEMSET, EventKind.RUNTIME)
+FEATURES = torch_support.installed()
+RULES = post_processing_rules()
+#: torch before 2.11 raises from ``device_time_total`` for XPU rows and links no XPU kernels.
+XPU_AS_TORCH = FEATURES.at_least(2, 11)
 
 
 # ------------------------------------------------------------- the oracle
 
 
-class FakeKinetoEvent:
-    """The ``_KinetoEvent`` accessors torch's post-processing calls, from one event spec."""
+class _AllAccessors:
+    """Every ``_KinetoEvent`` accessor of the supported torch releases, from one event spec."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.s = spec
+
+    def duration_ns(self) -> int:
+        return self.s["dur_ns"]
 
     def name(self) -> str:
         return self.s["name"]
@@ -183,10 +200,29 @@ class FakeKinetoEvent:
         return bool(self.s.get("flow_start", False))
 
     def external_id(self) -> int:
-        return self.s.get("correlation_id", 0)
+        if "external_id" in self.s:
+            return self.s["external_id"]
+        # Kineto's: the launching op's id for linked rows, none for device and API rows
+        if self.s.get("linked_correlation_id", 0) > 0:
+            return self.s["linked_correlation_id"]
+        return 0 if self.s["kind"] in NO_EXTERNAL_ID else self.s.get("correlation_id", 0)
 
     def python_module_id(self) -> int:
         return -1
+
+    def typed_metadata(self) -> dict:
+        return {}
+
+
+#: Exactly the installed torch's accessors, so its parse fails here if it calls one this torch lacks.
+FakeKinetoEvent = type(
+    "FakeKinetoEvent",
+    (),
+    {
+        "__init__": _AllAccessors.__init__,
+        **{name: fn for name, fn in vars(_AllAccessors).items() if name in FEATURES.event_accessors},
+    },
+)
 
 
 class FakeResult:
@@ -210,7 +246,9 @@ def torch_events(specs: Sequence[dict[str, Any]], use_device: str | None) -> Any
     return out
 
 
-def our_tree(specs: Sequence[dict[str, Any]], use_device: str | None) -> EventTree:
+def our_tree(
+    specs: Sequence[dict[str, Any]], use_device: str | None, rules: PostProcessingRules | None = None
+) -> EventTree:
     rows = []
     for s in specs:
         row = dict(s)
@@ -218,15 +256,38 @@ def our_tree(specs: Sequence[dict[str, Any]], use_device: str | None) -> EventTr
         row["start_ns"] = TRACE_START + row["start_ns"]
         rows.append(row)
     batch = make_event_batch(rows)
-    return EventTree.from_trace(make_trace(batch, start_ns=TRACE_START), use_device=use_device)
+    return EventTree.from_trace(make_trace(batch, start_ns=TRACE_START), use_device=use_device, rules=rules)
 
 
-def assert_same_as_torch(tree: EventTree, theirs: Any) -> None:
+def torch_view(specs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events to give torch as the oracle for polyprof's tree of ``specs``.
+
+    polyprof treats XPU device rows (kernels, copies) as torch 2.11 and newer
+    do, which is exactly how every release treats CUDA rows; torch before 2.11
+    links no XPU kernel and raises from ``device_time_total`` for XPU rows
+    (docs/torch-versions.md). There the oracle gets those rows labelled CUDA.
+    """
+    if XPU_AS_TORCH:
+        return list(specs)
+    MEMORY_KINDS = (EventKind.MEMORY, EventKind.OUT_OF_MEMORY)  # noqa: N806
+    return [
+        dict(s, device_type=int(DeviceType.CUDA))
+        if s.get("device_type") == DeviceType.XPU and s["kind"] not in MEMORY_KINDS
+        else s
+        for s in specs
+    ]
+
+
+def assert_same_as_torch(tree: EventTree, theirs: Any, *, xpu_as_cuda: bool = False) -> None:
+    """Row by row equality; ``xpu_as_cuda``: torch was given ``torch_view`` events."""
     assert len(tree) == len(theirs)
     index = {id(e): i for i, e in enumerate(theirs)}
     t = tree
     device_index = t.column("device_index")
     event_id = t.column("event_id")
+    device_type = t.device_type.astype(np.int64)
+    if xpu_as_cuda:
+        device_type = np.where(device_type == DeviceType.XPU, int(DeviceType.CUDA), device_type)
     for i, e in enumerate(theirs):
         where = f"row {i} ({e.name!r})"
         assert t.keys[t.key[i]] == e.key, where
@@ -234,7 +295,7 @@ def assert_same_as_torch(tree: EventTree, theirs: Any) -> None:
         assert float(t.start_us[i]) == e.time_range.start and float(t.end_us[i]) == e.time_range.end, where
         assert int(t.thread[i]) == e.thread, where
         assert bool(t.is_async[i]) == e.is_async, where
-        assert int(t.device_type[i]) == int(e.device_type), where
+        assert int(device_type[i]) == int(e.device_type), where
         assert int(event_id[i]) == e.id, where
         assert int(device_index[i]) == e.device_index, where
         expected_parent = -1 if e.cpu_parent is None else index[id(e.cpu_parent)]
@@ -368,6 +429,19 @@ def event_sets(draw: Any, *, devices: bool = True, max_nodes: int = 30) -> list[
                 "device_type": 1,
             }
         )
+    # Profiler overhead rows: they launch what links to them before torch 2.14, nothing from it.
+    for _ in range(draw(st.integers(0, 2))):
+        overhead = {
+            "name": "Activity Buffer Request",
+            "kind": EventKind.OVERHEAD,
+            "start_ns": draw(st.integers(0, horizon)),
+            "dur_ns": draw(st.sampled_from(UNITS)),
+            "thread": draw(st.integers(1, threads)),
+            "correlation_id": next_id[0],
+        }
+        next_id[0] += 1
+        specs.append(overhead)
+        cpu_ops.append(overhead)
     if devices and cpu_ops:
         # Kernels and copies linked to CPU ops (or to no op), and runtime calls on another thread.
         for _ in range(draw(st.integers(0, 6))):
@@ -398,6 +472,15 @@ def event_sets(draw: Any, *, devices: bool = True, max_nodes: int = 30) -> list[
                     "correlation_id": 0,
                 }
             )
+    if draw(st.booleans()):
+        # Recorded external ids, some ops without one (from torch 2.15 those launch nothing).
+        for spec in specs:
+            if spec.get("linked_correlation_id", 0) > 0:
+                spec["external_id"] = spec["linked_correlation_id"]
+            elif spec.get("correlation_id", 0) > 0:
+                spec["external_id"] = draw(st.sampled_from([spec["correlation_id"], 0]))
+            else:
+                spec["external_id"] = 0
     # torch's raw events come sorted by start; decode order matters only for ties.
     order = draw(st.permutations(range(len(specs)))) if draw(st.booleans()) else range(len(specs))
     return [specs[i] for i in order]
@@ -410,7 +493,9 @@ def _use_devices() -> st.SearchStrategy[str | None]:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event_sets(), _use_devices())
 def test_tree_matches_torch_on_synthetic_events(specs: list[dict[str, Any]], use_device: str | None) -> None:
-    assert_same_as_torch(our_tree(specs, use_device), torch_events(specs, use_device))
+    assert_same_as_torch(
+        our_tree(specs, use_device), torch_events(torch_view(specs), use_device), xpu_as_cuda=not XPU_AS_TORCH
+    )
 
 
 def test_same_name_chain_collapses_into_its_top_with_the_bottom_kernels() -> None:
@@ -558,6 +643,167 @@ def test_profiler_step_names_fold_in_key_but_not_in_trace_name() -> None:
         "ProfilerStep#1",
         "ProfilerStep#2",
     ]
+
+
+# ------------------------------------------------------- torch releases
+
+
+def _op(name: str, start: int, dur: int, corr: int, **more: Any) -> dict[str, Any]:
+    return {"name": name, "kind": EventKind.CPU_OP, "start_ns": start, "dur_ns": dur, "thread": 1,
+            "correlation_id": corr, **more}
+
+
+def _kernel(start: int, dur: int, linked: int, device_type: int = 1) -> dict[str, Any]:
+    return {"name": "gemm", "kind": EventKind.KERNEL, "start_ns": start, "dur_ns": dur, "thread": 50,
+            "device_type": device_type, "linked_correlation_id": linked}
+
+
+@pytest.mark.parametrize(
+    ("minor", "expected"),
+    [
+        (6, dict(overload_names=False, xpu_memory_is_device_memory=False, memory_window_through_us=True)),
+        (
+            7,
+            dict(
+                overload_names=True,
+                xpu_memory_is_device_memory=False,
+                memory_units=("Gb", "Mb", "Kb", "b"),
+            ),
+        ),
+        (8, dict(xpu_memory_is_device_memory=True, memory_units=("GB", "MB", "KB", "B"))),
+        (10, dict(memory_window_through_us=True, overhead_launches_nothing=False)),
+        (11, dict(memory_window_through_us=False, key_averages_skips_python_functions=False)),
+        (13, dict(overhead_launches_nothing=False, launcher_needs_external_id=False)),
+        (14, dict(overhead_launches_nothing=True, launcher_needs_external_id=False,
+                  key_averages_skips_python_functions=True)),
+        (15, dict(overhead_launches_nothing=False, launcher_needs_external_id=True,
+                  key_averages_skips_python_functions=True)),
+        (16, dict(overhead_launches_nothing=False, launcher_needs_external_id=True)),
+    ],
+)
+def test_rules_of_each_release(minor: int, expected: dict[str, Any]) -> None:
+    rules = PostProcessingRules.for_torch(2, minor)
+    assert rules.torch_minor == (2, minor)
+    for name, value in expected.items():
+        assert getattr(rules, name) == value, name
+
+
+def test_installed_rules_ask_the_installed_torch() -> None:
+    assert RULES.torch_minor == FEATURES.minor
+    assert RULES.overload_names == FEATURES.has_accessor("overload_name")
+    assert RULES == PostProcessingRules.for_torch(*FEATURES.minor)  # the accessor agrees with the version
+    assert PostProcessingRules.newest() == PostProcessingRules.for_torch(*torch_support.SUPPORTED_MAX)
+
+
+def test_rules_without_importing_torch_come_from_its_metadata() -> None:
+    import subprocess
+
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from polyprof.tree import post_processing_rules\n"
+        "print(post_processing_rules().torch_minor)\n"
+        "assert sys.modules['torch'] is None\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(FEATURES.minor)
+
+
+def test_rules_without_torch_installed_are_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    def no_torch(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setattr(importlib.metadata, "version", no_torch)
+    tree_module._installed_torch_version.cache_clear()
+    try:
+        assert post_processing_rules() == PostProcessingRules.newest()
+    finally:
+        tree_module._installed_torch_version.cache_clear()
+
+
+def test_rules_must_be_rules() -> None:
+    with pytest.raises(TypeError, match="PostProcessingRules"):
+        our_tree([_op("a", 0, 10, 1)], None, rules=(2, 6))  # type: ignore[arg-type]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.integers(0, 10**7), st.integers(TRACE_START - 10**12, TRACE_START + 10**12),
+                 st.integers(0, 2**62)))
+def test_through_us_is_pythons_float_round_trip(ns: int) -> None:
+    ours = _through_us(np.array([ns], dtype=np.int64))
+    assert float(ours[0]) == ns / 1000 * 1000
+
+
+def test_memory_window_is_rounded_through_microseconds_before_2_11() -> None:
+    # The op starts 100 ns into a trace at 1.7e18 ns; torch < 2.11 rounds that bound to the
+    # nearest double (multiples of 256 ns here), so a record 50 ns before the op is the op's.
+    specs = [
+        _op("aten::empty", 100, 1000, 1),
+        {"name": "[memory]", "kind": EventKind.MEMORY, "start_ns": 50, "thread": 1, "nbytes": 64},
+    ]
+    assert_same_as_torch(our_tree(specs, None), torch_events(specs, None))
+    rounded = our_tree(specs, None, rules=PostProcessingRules.for_torch(2, 10))
+    exact = our_tree(specs, None, rules=PostProcessingRules.for_torch(2, 11))
+    assert rounded.cpu_memory_usage.tolist() == [64]
+    assert [exact.keys[k] for k in exact.key] == ["[memory]", "aten::empty"]
+    assert exact.cpu_memory_usage.tolist() == [64, 0]  # a top-level [memory] row of its own
+    assert our_tree(specs, None).cpu_memory_usage.tolist() == (
+        rounded if RULES.memory_window_through_us else exact
+    ).cpu_memory_usage.tolist()
+
+
+def test_xpu_memory_counts_as_device_memory_from_2_8() -> None:
+    specs = [
+        _op("aten::empty", 0, 1000, 1),
+        {"name": "[memory]", "kind": EventKind.MEMORY, "start_ns": 10, "thread": 1, "nbytes": 512,
+         "device_type": int(DeviceType.XPU)},
+    ]
+    assert_same_as_torch(our_tree(specs, "xpu"), torch_events(specs, "xpu"))
+    assert our_tree(specs, "xpu", PostProcessingRules.for_torch(2, 7)).device_memory_usage.tolist() == [0]
+    assert our_tree(specs, "xpu", PostProcessingRules.for_torch(2, 8)).device_memory_usage.tolist() == [512]
+
+
+def test_which_rows_launch_device_work_follows_each_release() -> None:
+    # An overhead row and an op without an external id, each with a kernel linked to its id.
+    specs = [
+        dict(_op("aten::mm", 0, 100, 1), external_id=1),
+        dict(_op("aten::add", 200, 100, 2), external_id=0),
+        {"name": "Activity Buffer Request", "kind": EventKind.OVERHEAD, "start_ns": 400, "dur_ns": 50,
+         "thread": 1, "correlation_id": 3, "external_id": 3},
+        dict(_kernel(1000, 7, 1), external_id=1),
+        dict(_kernel(1100, 8, 2), external_id=2),
+        dict(_kernel(1200, 9, 3), external_id=3),
+    ]
+    assert_same_as_torch(our_tree(specs, "cuda"), torch_events(specs, "cuda"))
+
+    def launchers(minor: int) -> list[str]:
+        tree = our_tree(specs, "cuda", PostProcessingRules.for_torch(2, minor))
+        return [tree.keys[tree.key[r]] for r in range(len(tree)) if len(tree.kernels_of(r))]
+
+    assert launchers(13) == ["aten::mm", "aten::add", "Activity Buffer Request"]
+    assert launchers(14) == ["aten::mm", "aten::add"]
+    assert launchers(15) == ["aten::mm", "Activity Buffer Request"]
+
+
+def test_xpu_device_rows_are_treated_as_torch_2_11_does_on_every_release() -> None:
+    specs = [_op("aten::mm", 0, 100, 1), _kernel(200, 9, 1, device_type=int(DeviceType.XPU))]
+    ours = our_tree(specs, "xpu")
+    assert ours.kernels_of(0).tolist() == [1]
+    kernel_time = float(ours.elapsed_us[1])
+    assert kernel_time > 0
+    assert ours.device_time_total.tolist() == [kernel_time, kernel_time]
+    assert ours.self_device_time_total.tolist() == [kernel_time, kernel_time]
+    theirs = torch_events(specs, "xpu")
+    if XPU_AS_TORCH:
+        assert_same_as_torch(ours, theirs)
+    else:
+        # torch < 2.11 links no XPU kernel and cannot time XPU rows; polyprof does not copy that
+        assert theirs[0].kernels == []
+        with pytest.raises(AssertionError):
+            theirs[1].device_time_total  # noqa: B018
+        assert_same_as_torch(ours, torch_events(torch_view(specs), "xpu"), xpu_as_cuda=True)
 
 
 # ------------------------------------------------------------- invariants

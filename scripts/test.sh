@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Quick start, command 2: set up and run the whole test suite.
+# Quick start, command 2: set up and run the tests, as CI does (.ci/run): the differential subset
+# (pytest -m torch_oracle) on the oldest and newest supported torch, then the whole suite on the
+# pinned torch 2.13.0, then one line in pytest's format over all runs. Arguments go to the
+# whole-suite run. See docs/torch-versions.md.
+#   POLYPROF_TEST_TORCH_VERSIONS  extra versions for the subset (default "2.6.0 2.15.0"; "" skips)
+#   POLYPROF_TEST_KEEP_VENVS=1    keep their venvs (.venvs/torch-VERSION, ~5 GB each) for the next run
 source "$(dirname "${BASH_SOURCE[0]}")/_setup_env.sh"
 cd "$ROOT"
 # The GPU plugins, installed separately as users install them; with no GPU here they report
 # "unavailable", which is what their no-hardware tests exercise. cupti-python (cu13 extra) and
 # intel-pti are the real bindings the decoders are tested against; HolisticTraceAnalysis reads
 # our CUDA traces in tests/cuda/test_cuda_hta.py (HTA 0.5 needs pandas < 3).
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-    -e "plugins_cuda[cu13]" -e plugins_xpu "HolisticTraceAnalysis>=0.5" "pandas<3"
+pip_install -e "plugins_cuda[cu13]" -e plugins_xpu "HolisticTraceAnalysis>=0.5" "pandas<3"
 # Debian's Level Zero loader, for polyprof-xpu's "loader without zesInit" path: best effort,
 # only where we may install system packages (root with apt); those tests skip without it.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! ldconfig -p | grep -q libze_loader.so.1; then
@@ -15,4 +19,34 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! ldconfig -p | grep -
         || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq libze1 >/dev/null 2>&1; } \
         || echo "note: could not install libze1; the tests that need it will skip" >&2
 fi
-exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
+
+EXTRA_VERSIONS="${POLYPROF_TEST_TORCH_VERSIONS-2.6.0 2.15.0}"
+RESULTS="$ROOT/torch-matrix-results/test-sh"
+rm -rf "$RESULTS"
+mkdir -p "$RESULTS"
+CLEAN=--clean
+[ "${POLYPROF_TEST_KEEP_VENVS:-}" = 1 ] && CLEAN=
+started=$SECONDS
+runs=()
+set +e
+if [ -n "$EXTRA_VERSIONS" ]; then
+    # Each is a CUDA build from the package index (3-5 GB, about 3 minutes); it runs on the CPU.
+    # shellcheck disable=SC2086  # one word per version
+    "$PYTHON" scripts/torch_matrix.py $CLEAN --results "$RESULTS" --timeout 900 --install-timeout 900 \
+        $EXTRA_VERSIONS
+    for version in $EXTRA_VERSIONS; do runs+=("$RESULTS/torch-$version.json"); done
+    echo
+    echo "=== torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'): whole suite ==="
+fi
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$RESULTS/torch-2.13.0-whole-suite.junit.xml" "$@"
+main_rc=$?
+if [ ${#runs[@]} -eq 0 ]; then
+    exit $main_rc  # pytest's own summary is the last line
+fi
+echo
+echo "=== all runs ==="
+"$PYTHON" scripts/torch_matrix.py --elapsed $((SECONDS - started)) \
+    --summary "${runs[@]}" "$RESULTS/torch-2.13.0-whole-suite.junit.xml"
+summary_rc=$?
+[ $main_rc -ne 0 ] && exit $main_rc
+exit $summary_rc

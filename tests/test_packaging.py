@@ -46,7 +46,18 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "docs" / "examples" / "polyprof-example-exporter"
 #: Left out when copying the checkout: build outputs and caches.
 COPY_IGNORE = shutil.ignore_patterns(
-    ".git", "__pycache__", "build", "dist", "*.egg-info", ".venv", ".hypothesis", ".pytest_cache", "out"
+    ".git",
+    "__pycache__",
+    "build",
+    "dist",
+    "*.egg-info",
+    ".venv",
+    ".hypothesis",
+    ".pytest_cache",
+    "out",
+    # scripts/torch_matrix.py's venvs (~5 GB each) and results
+    ".venvs",
+    "torch-matrix-results",
 )
 # Built-ins that need an optional package: torch_cpu needs torch, itt_export needs ittapi (extra "itt").
 NON_TORCH_BUILTINS = sorted(set(BUILTIN_PLUGINS) - {"torch_cpu", "itt_export"})

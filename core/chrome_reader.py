@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import zlib
 from collections import Counter
 from collections.abc import Mapping
@@ -261,6 +262,26 @@ def _as_tuple(value: Any) -> Any:
     return value
 
 
+#: An op name with the overload torch's writer appends under capture_overload_names: "aten::add.Tensor".
+_OVERLOADED_OP = re.compile(r"([A-Za-z_]\w*::\w+)\.(\w+)")
+
+
+def _split_overloads(names: list[str], ops: np.ndarray) -> list[str | None] | None:
+    """Ops' overload names split off ``names`` (in place), as ``events()`` has them; None if none.
+
+    torch's ``FunctionEvent`` keeps ``name`` ("aten::add") and ``overload_name``
+    ("Tensor") apart; only its trace joins them.
+    """
+    overloads: list[str | None] = [None] * len(names)
+    found = False
+    for i in np.flatnonzero(ops).tolist():
+        match = _OVERLOADED_OP.fullmatch(names[i])
+        if match is not None:
+            names[i], overloads[i] = match.group(1), match.group(2)
+            found = True
+    return overloads if found else None
+
+
 def _intern(values: list[Any]) -> tuple[list[int], list[Any]]:
     """Indices into a table of unique values (``None`` -> -1), in order of first appearance."""
     lookup: dict[Any, int] = {}
@@ -444,9 +465,11 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
         "stream": stream,
     }
     tables: dict[str, list[Any]] = {}
-    columns["name"], tables["name"] = _intern(
-        [nm if type(nm := ev.get("name")) is str else ("" if nm is None else str(nm)) for ev in events]
-    )
+    names = [nm if type(nm := ev.get("name")) is str else ("" if nm is None else str(nm)) for ev in events]
+    overloads = _split_overloads(names, kind == int(EventKind.CPU_OP))
+    columns["name"], tables["name"] = _intern(names)
+    if overloads is not None:
+        columns["overload"], tables["overload"] = _intern(overloads)
     columns["shapes"], tables["shapes"] = _intern(
         [_as_tuple(d) if type(d := a.get("Input Dims")) is list and d else None for a in args]
     )

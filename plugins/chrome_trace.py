@@ -38,9 +38,11 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 import orjson
 
+from polyprof import torch_support
 from polyprof._log import get_logger
 from polyprof.components import Capabilities, Exporter
 from polyprof.config import ProfileConfig
@@ -126,6 +128,46 @@ _THREE_DIGITS = [f"{i:03d}" for i in range(1000)]
 CHUNK_EVENTS = 20_000
 
 VALID_OPTIONS = ("gzip_level",)
+
+
+# ------------------------------------------------------------------ layout
+
+
+@attrs.frozen
+class KinetoLayout:
+    """Where the Chrome traces of torch releases differ: their Kineto writers moved things.
+
+    Defaults are the newest layout. Viewers read every layout alike; polyprof
+    writes the installed torch's so that tools comparing files see no change.
+    """
+
+    #: torch 2.11+ (kineto 445bc4f5): ``displayTimeUnit`` and ``baseTimeNanoseconds`` before
+    #: ``traceEvents``; earlier releases write them last, after ``traceName``.
+    time_keys_first: bool = True
+    #: torch 2.12+ (kineto 520b0564, c51fcfea): process/thread metadata events come before the
+    #: events, and every event starts with ``"ph"``; earlier releases put them after the events
+    #: and start metadata events and global instants with ``"name"``.
+    metadata_first: bool = True
+    #: torch 2.13+ (kineto 628e1d0f): the top level has ``host_name``.
+    host_name: bool = True
+
+
+NEWEST_LAYOUT = KinetoLayout()
+
+
+def kineto_layout() -> KinetoLayout:
+    """The installed torch's layout; the newest when torch is not loaded (e.g. ``polyprof report``)."""
+    if "torch" not in sys.modules:
+        return NEWEST_LAYOUT
+    try:
+        features = torch_support.installed()
+    except (ImportError, AttributeError):  # a torch without its profiler: nothing to match
+        return NEWEST_LAYOUT
+    return KinetoLayout(
+        time_keys_first=features.at_least(2, 11),
+        metadata_first=features.at_least(2, 12),
+        host_name=features.at_least(2, 13),
+    )
 
 
 # ------------------------------------------------------------------ helpers
@@ -218,7 +260,7 @@ def _clean_fragments(table: Sequence[Any]) -> list[str | None]:
     return cleaned
 
 
-def _metadata_entries(trace: Trace) -> list[tuple[str, str]]:
+def _metadata_entries(trace: Trace, layout: KinetoLayout = NEWEST_LAYOUT) -> list[tuple[str, str]]:
     """Top-level metadata keys and their raw JSON text, in Kineto's order."""
     entries: dict[str, str] = {}
     entries["trace_id"] = json_string(trace.trace_id or trace.config.trace_id or uuid.uuid4().hex.upper())
@@ -245,7 +287,8 @@ def _metadata_entries(trace: Trace) -> list[tuple[str, str]]:
         dist = distributed_info()
         if dist is not None:
             entries["distributedInfo"] = _json_value(dist)
-    entries["host_name"] = json_string(trace.hostname or socket.gethostname())
+    if layout.host_name:
+        entries["host_name"] = json_string(trace.hostname or socket.gethostname())
     return list(entries.items())
 
 
@@ -654,11 +697,11 @@ def _ac2g_flows(cols: _Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 # ------------------------------------------------------------------ writer
 
 
-def _metadata_event(name: str, ts: str, pid: Any, tid: Any, key: str, value: str) -> str:
-    return (
-        f'  {{"ph": "M", "name": "{name}", "ts": {ts}, "pid": {pid}, "tid": {tid}, '
-        f'"args": {{"{key}": {value}}}}}'
-    )
+def _metadata_event_text(
+    name: str, ts: str, pid: Any, tid: Any, key: str, value: str, layout: KinetoLayout = NEWEST_LAYOUT
+) -> str:
+    head = f'"ph": "M", "name": "{name}"' if layout.metadata_first else f'"name": "{name}", "ph": "M"'
+    return f'  {{{head}, "ts": {ts}, "pid": {pid}, "tid": {tid}, "args": {{"{key}": {value}}}}}'
 
 
 def _unique_pairs(first: np.ndarray, second: np.ndarray) -> list[tuple[int, int]]:
@@ -669,21 +712,27 @@ def _unique_pairs(first: np.ndarray, second: np.ndarray) -> list[tuple[int, int]
     return pairs
 
 
-def _lane_metadata(cols: _Columns, pid: np.ndarray, tid: np.ndarray, trace: Trace, ts: str) -> list[str]:
+def _lane_metadata(
+    cols: _Columns, pid: np.ndarray, tid: np.ndarray, trace: Trace, ts: str, layout: KinetoLayout
+) -> list[str]:
     """process_name / labels / sort index and thread_name / sort index events."""
     lines: list[str] = []
+
+    def meta(*fields: Any) -> str:
+        return _metadata_event_text(*fields, layout=layout)
+
     host = _kind_mask(cols.kind, HOST_KINDS)
     host_pids = sorted(set(np.unique(pid[host]).tolist()) | ({trace.pid} if trace.pid else set()))
     for p in host_pids:
-        lines.append(_metadata_event("process_name", ts, p, 0, "name", '"python"'))
-        lines.append(_metadata_event("process_labels", ts, p, 0, "labels", '"CPU"'))
-        lines.append(_metadata_event("process_sort_index", ts, p, 0, "sort_index", str(p)))
+        lines.append(meta("process_name", ts, p, 0, "name", '"python"'))
+        lines.append(meta("process_labels", ts, p, 0, "labels", '"CPU"'))
+        lines.append(meta("process_sort_index", ts, p, 0, "sort_index", str(p)))
     if host.any():
         for p, t in _unique_pairs(pid[host], tid[host]):
             lines.append(
-                _metadata_event("thread_name", ts, p, t, "name", json_string(f"thread {t} (python)"))
+                meta("thread_name", ts, p, t, "name", json_string(f"thread {t} (python)"))
             )
-            lines.append(_metadata_event("thread_sort_index", ts, p, t, "sort_index", str(t)))
+            lines.append(meta("thread_sort_index", ts, p, t, "sort_index", str(t)))
     device = _kind_mask(cols.kind, DEVICE_KINDS)
     if device.any():
         device_type = cols.col("device_type").astype(np.int64)
@@ -695,23 +744,23 @@ def _lane_metadata(cols: _Columns, pid: np.ndarray, tid: np.ndarray, trace: Trac
             named.add(index)
             label = DEVICE_NAMES.get(dtype, DEVICE_NAMES[DEFAULT_DEVICE_TYPE])[1]
             lines.append(
-                _metadata_event("process_name", ts, index, 0, "name", json_string(f"{label} {index}"))
+                meta("process_name", ts, index, 0, "name", json_string(f"{label} {index}"))
             )
             gpu_label = "GPU" if label in ("CUDA", "HIP") else label
             lines.append(
-                _metadata_event("process_labels", ts, index, 0, "labels", json_string(f"{gpu_label} {index}"))
+                meta("process_labels", ts, index, 0, "labels", json_string(f"{gpu_label} {index}"))
             )
             lines.append(
-                _metadata_event(
+                meta(
                     "process_sort_index", ts, index, 0, "sort_index", str(DEVICE_SORT_INDEX_BASE + index)
                 )
             )
         for p, t in _unique_pairs(pid[device], tid[device]):
-            lines.append(_metadata_event("thread_name", ts, p, t, "name", json_string(f"stream {t}")))
-            lines.append(_metadata_event("thread_sort_index", ts, p, t, "sort_index", str(t)))
+            lines.append(meta("thread_name", ts, p, t, "name", json_string(f"stream {t}")))
+            lines.append(meta("thread_sort_index", ts, p, t, "sort_index", str(t)))
     if (cols.kind == int(EventKind.OVERHEAD)).any():
-        lines.append(_metadata_event("process_name", ts, -1, 0, "name", '"Overhead"'))
-        lines.append(_metadata_event("process_sort_index", ts, -1, 0, "sort_index", str(OVERHEAD_SORT_INDEX)))
+        lines.append(meta("process_name", ts, -1, 0, "name", '"Overhead"'))
+        lines.append(meta("process_sort_index", ts, -1, 0, "sort_index", str(OVERHEAD_SORT_INDEX)))
     return lines
 
 
@@ -733,6 +782,7 @@ class _EventText:
             f'  {{"ph": "i", "cat": {json_string(cat)}, "s": "t", "name": ' for cat in category_table
         ]
         self.names = [json_string(str(name)) for name in cols.batch.table("name")]
+        self.name_index = _names_with_overloads(cols, self.names)
         self.names.append('""')  # index -1 reads the last slot
         self.args = _ArgsText(cols)
         self.instant = _kind_mask(cols.kind, (EventKind.MEMORY, EventKind.OUT_OF_MEMORY))
@@ -766,7 +816,7 @@ class _EventText:
         ts_us, ts_ns = np.divmod(start, 1000)
         dur_us, dur_ns = np.divmod(dur, 1000)
         category = self.category_index[lo:hi]
-        name = cols.col("name")[lo:hi]
+        name = self.name_index[lo:hi]
         pid = self.pid[lo:hi]
         tid = self.tid[lo:hi]
         instant = self.instant[lo:hi]
@@ -832,6 +882,37 @@ class _EventText:
         return ",\n".join(lines) + ",\n"
 
 
+def _names_with_overloads(cols: _Columns, names: list[str]) -> np.ndarray:
+    """Per-event index into ``names``, adding ``"aten::add.Tensor"`` where an op has an overload name.
+
+    torch's writer names ops ``<name>.<overload>`` when ``capture_overload_names``
+    recorded one (``events()`` keeps them apart: ``name`` and ``overload_name``).
+    The JSON of each new (name, overload) pair is appended to ``names``.
+    """
+    name_index = cols.col("name").astype(np.int64)
+    if not cols.has("overload"):
+        return name_index
+    overloads = cols.batch.table("overload")
+    overload = cols.col("overload").astype(np.int64)
+    named = np.flatnonzero((overload >= 0) & (name_index >= 0))
+    if not len(named):
+        return name_index
+    table = cols.batch.table("name")
+    pairs = name_index[named] * len(overloads) + overload[named]
+    unique_pairs, inverse = np.unique(pairs, return_inverse=True)
+    new_index = np.empty(len(unique_pairs), dtype=np.int64)
+    for j, pair in enumerate(unique_pairs.tolist()):
+        nm, ov = divmod(pair, len(overloads))
+        if overloads[ov]:
+            new_index[j] = len(names)
+            names.append(json_string(f"{table[nm]}.{overloads[ov]}"))
+        else:
+            new_index[j] = nm
+    name_index = name_index.copy()
+    name_index[named] = new_index[inverse.reshape(-1)]
+    return name_index
+
+
 def _event_lines(cols: _Columns, base_ns: int, pid: np.ndarray, tid: np.ndarray) -> Iterator[str]:
     """The text of every event, in batch order, ``CHUNK_EVENTS`` events per chunk.
 
@@ -855,19 +936,22 @@ def _trace_base_ns(trace: Trace) -> int:
     return trimonth_base_ns(max(earliest, 0))
 
 
-def render_chrome_trace(trace: Trace, trace_name: str) -> Iterator[str]:
+def render_chrome_trace(trace: Trace, trace_name: str, layout: KinetoLayout | None = None) -> Iterator[str]:
     """The Chrome trace JSON of ``trace``, as text chunks to concatenate.
 
-    ``trace_name`` is written as the final ``traceName`` key (Kineto writes
-    the output path there).
+    ``trace_name`` is written as the ``traceName`` key (Kineto writes the
+    output path there). ``layout`` defaults to the installed torch's.
     """
+    if layout is None:
+        layout = kineto_layout()
     cols = _Columns(trace.events)
     base_ns = _trace_base_ns(trace)
+    time_keys = ['  "displayTimeUnit": "ms",', f'  "baseTimeNanoseconds": {base_ns},']
     header = ["{", '  "schemaVersion": 1,']
     header.append(f'  "deviceProperties": {_json_value([dict(p) for p in trace.device_properties])},')
-    header.extend(f"  {json_string(key)}: {value}," for key, value in _metadata_entries(trace))
-    header.append('  "displayTimeUnit": "ms",')
-    header.append(f'  "baseTimeNanoseconds": {base_ns},')
+    header.extend(f"  {json_string(key)}: {value}," for key, value in _metadata_entries(trace, layout))
+    if layout.time_keys_first:
+        header.extend(time_keys)
     header.append('  "traceEvents": [')
     yield "\n".join(header) + "\n"
 
@@ -879,45 +963,67 @@ def render_chrome_trace(trace: Trace, trace_name: str) -> Iterator[str]:
         int((trace.events["start_ns"] + np.maximum(trace.events["dur_ns"], 0)).max()) if cols.n else 0
     )
     span_ts = format_us(start_ns - base_ns)
+    span_dur = format_us(end_ns - start_ns)
+    window_ts = format_us(max(end_ns, last_event_end) - base_ns)
     pid, tid = _lanes(cols)
 
-    metadata = _lane_metadata(cols, pid, tid, trace, span_ts)
-    if metadata:
+    metadata = _lane_metadata(cols, pid, tid, trace, span_ts, layout)
+    if metadata and layout.metadata_first:
         yield ",\n".join(metadata) + ",\n"
     yield from _event_lines(cols, base_ns, pid, tid)
+    if metadata and not layout.metadata_first:
+        yield ",\n".join(metadata) + ",\n"
     chunk: list[str] = []
+    if layout.metadata_first:
+        chunk.append(
+            f'  {{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", '
+            f'"tid": "PyTorch Profiler", "ts": {span_ts}, "dur": {span_dur}, "args": {{"Op count": 0}}}}'
+        )
+    else:
+        chunk.append(
+            f'  {{"ph": "X", "cat": "Trace", "ts": {span_ts}, "dur": {span_dur}, "pid": "Spans", '
+            f'"tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)", "args": {{"Op count": 0}}}}'
+        )
     chunk.append(
-        f'  {{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", '
-        f'"tid": "PyTorch Profiler", "ts": {span_ts}, "dur": {format_us(end_ns - start_ns)}, '
-        f'"args": {{"Op count": 0}}}}'
+        _metadata_event_text(
+            "process_sort_index", span_ts, '"Spans"', 0, "sort_index", str(SPANS_SORT_INDEX), layout=layout
+        )
     )
-    chunk.append(
-        _metadata_event("process_sort_index", span_ts, '"Spans"', 0, "sort_index", str(SPANS_SORT_INDEX))
-    )
-    chunk.append(
-        f'  {{"ph": "i", "s": "g", "name": "Iteration Start: PyTorch Profiler", "pid": "Traces", '
-        f'"tid": "Trace PyTorch Profiler", "ts": {span_ts}}}'
-    )
-    window_end = max(end_ns, last_event_end)
-    chunk.append(
-        f'  {{"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", '
-        f'"ts": {format_us(window_end - base_ns)}}}'
-    )
+    for name, pid_text, tid_text, ts in (
+        ("Iteration Start: PyTorch Profiler", '"Traces"', '"Trace PyTorch Profiler"', span_ts),
+        ("Record Window End", '""', '""', window_ts),
+    ):
+        head = (
+            f'"ph": "i", "s": "g", "name": "{name}"'
+            if layout.metadata_first
+            else f'"name": "{name}", "ph": "i", "s": "g"'
+        )
+        chunk.append(f'  {{{head}, "pid": {pid_text}, "tid": {tid_text}, "ts": {ts}}}')
     yield ",\n".join(chunk) + "\n"
-    yield f'  ],\n  "traceName": {json_string(trace_name)}\n}}\n'
+    tail = f'  ],\n  "traceName": {json_string(trace_name)}'
+    if not layout.time_keys_first:
+        tail = ",\n".join([tail, *(key.rstrip(",") for key in time_keys)])
+    yield tail + "\n}\n"
 
 
-def write_chrome_trace(trace: Trace, path: str | os.PathLike[str], *, gzip_level: int | None = None) -> str:
+def write_chrome_trace(
+    trace: Trace,
+    path: str | os.PathLike[str],
+    *,
+    gzip_level: int | None = None,
+    layout: KinetoLayout | None = None,
+) -> str:
     """Write ``trace`` as Kineto-shaped Chrome trace JSON at ``path``, atomically.
 
     A path ending in ``.gz`` is gzip-compressed. The path is checked before any
     work is done; on any error nothing is left at ``path`` (an existing file is
-    kept as it was). Returns the path written.
+    kept as it was). ``layout`` defaults to the installed torch's. Returns the
+    path written.
     """
     path = check_writable_path(path)
     started = time.perf_counter()
     with atomic_writer(path, gzip_level=gzip_level) as out:
-        for chunk in render_chrome_trace(trace, path):
+        for chunk in render_chrome_trace(trace, path, layout):
             out.write(chunk)
     log.debug(
         "chrome_trace_written",
@@ -961,7 +1067,10 @@ def polyprof_capabilities() -> Capabilities:
 
 
 __all__ = [
+    "NEWEST_LAYOUT",
     "ChromeTraceExporter",
+    "KinetoLayout",
+    "kineto_layout",
     "format_us",
     "render_chrome_trace",
     "trimonth_base_ns",

@@ -94,22 +94,40 @@ def _trace_args_by_event(result: Any, events: list[Any]) -> list[str | None]:
     Where torch has ``trace_activities()`` (2.13+) the fragments come from its
     activities' ``metadata_json()``; older torch has no accessor for them, so
     its own writer (``result.save``) writes the trace once and the fragments
-    are read back from that file. Either way they are matched to ``events()``
-    by (name as Kineto writes it, start ns), ties in order of appearance.
+    are read back from that file (``_saved_trace_columns``). Either way they
+    are matched to ``events()`` by (name as Kineto writes it, start ns), ties
+    in order of appearance.
     """
-    if "trace_activities" in torch_support.installed().result_methods:
-        pending: dict[int, list[tuple[str, str]]] = defaultdict(list)
-        for act in result.trace_activities():
-            pending[act.timestamp()].append((_safe_name(act), act.metadata_json()))
-    else:
-        pending = _saved_trace_args(result)
+    if "trace_activities" not in torch_support.installed().result_methods:
+        return _saved_trace_rows(result, events).fragments()
+    pending: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    for act in result.trace_activities():
+        pending[act.timestamp()].append((_safe_name(act), act.metadata_json()))
     for queue in pending.values():
-        queue.reverse()  # popped from the end: first in the file, first matched
-    fragments: list[str | None] = []
-    for name, start in zip(_kineto_names(events), map(_accessor(events, "start_ns"), events), strict=True):
-        queue = pending.get(start)
-        fragments.append(_pop_match(queue, name) if queue else None)
-    return fragments
+        queue.reverse()  # popped from the end: first in the list, first matched
+    return [
+        _pop_match(queue, name)[1] if (queue := pending.get(start)) else None
+        for name, start in zip(_kineto_names(events), map(_accessor(events, "start_ns"), events), strict=True)
+    ]
+
+
+def _saved_trace_columns(result: Any, events: list[Any], *, with_args: bool) -> dict[str, tuple]:
+    """The flow columns (and the args, ``with_args``) of ``events``, from torch's own writer.
+
+    For torch without the ``flow_*`` accessors (before 2.13): its writer still
+    draws the fwdbwd flows, so one ``result.save`` gives both flows and args
+    (torch writes a result once).
+    """
+    rows = _saved_trace_rows(result, events)
+    columns: dict[str, tuple] = {
+        field: (np.asarray(values, dtype=dtype), None)
+        for (field, dtype), values in zip(
+            (("flow_id", "int64"), ("flow_type", "int8"), ("flow_start", "bool")), rows.flows(), strict=True
+        )
+    }
+    if with_args:
+        columns["args"] = intern_column(rows.fragments())
+    return columns
 
 
 def _kineto_names(events: list[Any]) -> list[str]:
@@ -122,32 +140,61 @@ def _kineto_names(events: list[Any]) -> list[str]:
     return names
 
 
-def _pop_match(queue: list[tuple[str, str]], name: str) -> str | None:
-    """The fragment of the first entry named ``name`` (the queue is reversed), removed.
+def _pop_match(queue: list[tuple[str, Any]], name: str) -> tuple[str, Any] | tuple[None, None]:
+    """The first entry named ``name`` (the queue is reversed), removed; ``(None, None)`` if none.
 
     A lone entry with another name is the same event under a name Kineto
     rewrote (it replaces backslashes and drops newlines in older releases).
     """
     for i in range(len(queue) - 1, -1, -1):
         if queue[i][0] == name:
-            return queue.pop(i)[1]
+            return queue.pop(i)
     if len(queue) == 1:
-        return queue.pop()[1]
-    return None
+        return queue.pop()
+    return None, None
 
 
 #: Categories of the events ``events()`` lists, as torch's writer files them.
 _HOST_TRACE_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "cpu_instant_event"})
+#: Kineto's flow categories -> polyprof's flow_type codes (chrome_trace.FLOW_NAMES).
+_FLOW_TYPES = {"fwdbwd": 1, "ac2g": 2}
 
 
-def _saved_trace_args(result: Any) -> dict[int, list[tuple[str, str]]]:
-    """start ns -> [(name, args fragment)] of the host events, from torch's own writer.
+class _SavedRows:
+    """Per event of ``events()``: the matching event of torch's saved trace (or None) and its flow."""
 
-    The fragment is the event's ``args`` without the ``"External id"`` the
-    writer puts first (the exporter adds it back from the correlation id),
-    re-encoded compactly. A file torch wrote as invalid JSON (unescaped quotes
-    in names, before 2.15) gives no fragments: the exporter then writes the
-    standard args from the columns, and says so in the log.
+    def __init__(self, rows: list[dict[str, Any] | None], flows: dict[int, tuple[int, int, bool]]) -> None:
+        self._rows = rows
+        self._flows = flows  # id(saved event) -> (flow id, flow type, starts here)
+
+    def fragments(self) -> list[str | None]:
+        """Each event's args without the ``"External id"`` the writer puts first (the exporter
+        adds it back from the correlation id), re-encoded compactly."""
+        import orjson
+
+        fragments: list[str | None] = []
+        for row in self._rows:
+            if row is None:
+                fragments.append(None)
+                continue
+            args = dict(row["args"])
+            args.pop("External id", None)
+            fragments.append(orjson.dumps(args).decode()[1:-1])
+        return fragments
+
+    def flows(self) -> tuple[list[int], list[int], list[bool]]:
+        none = (0, 0, False)
+        found = [self._flows.get(id(row), none) if row is not None else none for row in self._rows]
+        return [f[0] for f in found], [f[1] for f in found], [f[2] for f in found]
+
+
+def _saved_trace_rows(result: Any, events: list[Any]) -> _SavedRows:
+    """Match ``events`` to the host events of the trace torch's own writer writes for ``result``.
+
+    A file torch wrote as invalid JSON (unescaped quotes in names, before
+    2.15) or a result torch already wrote (it writes one once) matches
+    nothing: the exporter then writes the standard args from the columns and
+    no flows, and the log says why.
     """
     import tempfile
 
@@ -155,10 +202,15 @@ def _saved_trace_args(result: Any) -> dict[int, list[tuple[str, str]]]:
 
     from polyprof.chrome_reader import us_to_ns
 
+    unmatched = _SavedRows([None] * len(events), {})
     fd, path = tempfile.mkstemp(prefix="polyprof-kineto-", suffix=".json")
     os.close(fd)
     try:
-        result.save(path)
+        try:
+            result.save(path)
+        except RuntimeError as exc:  # "Trace is already saved."
+            log.warning("kineto_trace_unavailable", reason=f"torch could not write this result: {exc}")
+            return unmatched
         with open(path, "rb") as file:
             raw = file.read()
     finally:
@@ -167,24 +219,43 @@ def _saved_trace_args(result: Any) -> dict[int, list[tuple[str, str]]]:
         except OSError:
             pass
     try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        log.warning("kineto_args_unreadable", reason=f"torch wrote invalid JSON: {exc}")
-        return {}
+        text = raw.decode()
+    except UnicodeDecodeError:  # names torch read from freed memory: replaced, as the decoder does
+        text = raw.decode(errors="replace")
+        log.warning("kineto_trace_undecodable_bytes_replaced")
     del raw
-    host = [
-        ev
-        for ev in doc.get("traceEvents", ())
-        if ev.get("cat") in _HOST_TRACE_CATEGORIES and isinstance(ev.get("args"), dict)
-    ]
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        log.warning("kineto_trace_unavailable", reason=f"torch wrote invalid JSON: {exc}")
+        return unmatched
+    del text
+    host: list[dict[str, Any]] = []
+    flows: dict[int, tuple[int, int, bool]] = {}
+    last: dict[str, Any] | None = None
+    for ev in doc.get("traceEvents", ()):
+        ph = ev.get("ph")
+        if ph in ("s", "f"):  # Kineto writes a flow right after the slice it binds to
+            flow_type = _FLOW_TYPES.get(ev.get("cat", ""))
+            if last is not None and flow_type is not None:
+                flows[id(last)] = (int(ev.get("id", 0)), flow_type, ph == "s")
+            continue
+        last = None
+        if ev.get("cat") in _HOST_TRACE_CATEGORIES and isinstance(ev.get("args"), dict):
+            host.append(ev)
+            last = ev
     base = int(doc.get("baseTimeNanoseconds", 0))
-    starts = (us_to_ns([ev.get("ts", 0) for ev in host]) + base).tolist()
-    pending: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    starts = (us_to_ns([ev.get("ts", 0) for ev in host]) + base).tolist() if host else []
+    pending: dict[int, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
     for ev, start in zip(host, starts, strict=True):
-        args = ev["args"]
-        args.pop("External id", None)
-        pending[start].append((str(ev.get("name", "")), orjson.dumps(args).decode()[1:-1]))
-    return pending
+        pending[start].append((str(ev.get("name", "")), ev))
+    for queue in pending.values():
+        queue.reverse()  # popped from the end: first in the file, first matched
+    rows = [
+        _pop_match(queue, name)[1] if (queue := pending.get(start)) else None
+        for name, start in zip(_kineto_names(events), map(_accessor(events, "start_ns"), events), strict=True)
+    ]
+    return _SavedRows(rows, flows)
 
 
 #: What device attribution (polyprof.attribution) reads of every op: decoded at once when a

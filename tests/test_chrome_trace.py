@@ -53,7 +53,7 @@ from polyprof.plugins.chrome_trace import (
     write_chrome_trace,
 )
 from polyprof.testing import make_plugin_manager_for_tests
-from polyprof.trace import Trace
+from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, Trace
 
 #: torch's base time in reference/torch_profiler.md §3 (a trimonth boundary).
 BASE = 1_790_857_026_000_000_000
@@ -72,6 +72,19 @@ METADATA_EVENT_NAMES = {
 
 
 # ------------------------------------------------------------------ helpers
+
+
+#: The real layout probe (the autouse fixture below replaces it for the writer's own tests).
+INSTALLED_KINETO_LAYOUT = chrome_trace.kineto_layout
+
+
+@pytest.fixture(autouse=True)
+def newest_layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests of the writer itself check the newest Kineto layout, whatever torch is installed;
+    the differential tests check the installed torch's."""
+    if "torch_run" not in request.fixturenames:
+        monkeypatch.setattr(chrome_trace, "kineto_layout", lambda: chrome_trace.NEWEST_LAYOUT)
+
 
 
 def batch_from_rows(rows: list[dict[str, Any]], source: str = "test") -> EventBatch:
@@ -510,6 +523,74 @@ def test_top_level_keys_and_metadata(tmp_path: Path) -> None:
     assert isinstance(doc["traceEvents"], list) and doc["traceName"] == str(path)
     assert doc["host_name"] == "testhost" and doc["displayTimeUnit"] == "ms"
     assert path.read_text().endswith(f'"traceName": {json.dumps(str(path))}\n}}\n')
+
+
+@pytest.mark.parametrize(
+    ("layout", "top_level", "metadata_last"),
+    [
+        # torch 2.6 to 2.10: time keys after traceName, metadata events after the events.
+        (
+            chrome_trace.KinetoLayout(time_keys_first=False, metadata_first=False, host_name=False),
+            ["schemaVersion", "deviceProperties", "trace_id", "traceEvents", "traceName", "displayTimeUnit",
+             "baseTimeNanoseconds"],
+            True,
+        ),
+        # torch 2.11: time keys before traceEvents.
+        (
+            chrome_trace.KinetoLayout(time_keys_first=True, metadata_first=False, host_name=False),
+            ["schemaVersion", "deviceProperties", "trace_id", "displayTimeUnit", "baseTimeNanoseconds",
+             "traceEvents", "traceName"],
+            True,
+        ),
+        # torch 2.12: metadata events first, "ph" first in every event.
+        (
+            chrome_trace.KinetoLayout(time_keys_first=True, metadata_first=True, host_name=False),
+            ["schemaVersion", "deviceProperties", "trace_id", "displayTimeUnit", "baseTimeNanoseconds",
+             "traceEvents", "traceName"],
+            False,
+        ),
+        # torch 2.13+: host_name.
+        (
+            chrome_trace.NEWEST_LAYOUT,
+            ["schemaVersion", "deviceProperties", "trace_id", "host_name", "displayTimeUnit",
+             "baseTimeNanoseconds", "traceEvents", "traceName"],
+            False,
+        ),
+    ],
+)
+def test_layout_of_each_torch_release(
+    tmp_path: Path, layout: chrome_trace.KinetoLayout, top_level: list[str], metadata_last: bool
+) -> None:
+    batch = batch_from_rows(
+        [{"name": "aten::mm", "start_ns": T0 + 10, "dur_ns": 5, "pid": PID, "tid": TID, "correlation_id": 1}]
+    )
+    path = tmp_path / "layout.json"
+    write_chrome_trace(make_trace(batch), path, layout=layout)
+    text = path.read_text()
+    doc = load_exact(path)
+    check_viewer_structure(doc, text)
+    assert list(doc) == top_level
+    kinds = [ev["ph"] for ev in doc["traceEvents"]]
+    first_event = kinds.index("X")
+    assert (kinds.index("M") > first_event) == metadata_last
+    first_key = "ph" if layout.metadata_first else "name"
+    for ev in doc["traceEvents"]:
+        if ev["ph"] == "M" or ev.get("s") == "g":
+            assert next(iter(ev)) == first_key, ev
+    span = next(ev for ev in doc["traceEvents"] if ev.get("cat") == "Trace")
+    expected_span_keys = (
+        ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"]
+        if layout.metadata_first
+        else ["ph", "cat", "ts", "dur", "pid", "tid", "name", "args"]
+    )
+    assert list(span) == expected_span_keys
+
+
+def test_layout_without_torch_loaded_is_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``polyprof report`` re-exports saved traces without importing torch: newest layout, no import."""
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert INSTALLED_KINETO_LAYOUT() == chrome_trace.NEWEST_LAYOUT
+    assert "torch" not in sys.modules
 
 
 def test_names_and_paths_are_json_escaped(tmp_path: Path) -> None:
@@ -1157,6 +1238,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # torch records no memory events with profile_all_threads (pytorch/pytorch#192290).
     "all_threads": {"record_shapes": True, "profile_all_threads": True},
     "stack_verbose": {"record_shapes": True, "profile_memory": True, "with_stack": True, "verbose": True},
+    # torch 2.11+ (_ExperimentalConfig.capture_overload_names): ops named "aten::add.Tensor".
+    "overloads": {"record_shapes": True, "capture_overload_names": True},
+    # Every flag at once, as the README's example and issue 9 ran it.
+    "everything": {
+        "record_shapes": True,
+        "profile_memory": True,
+        "with_flops": True,
+        "with_stack": True,
+        "verbose": True,
+        "capture_overload_names": True,
+    },
 }
 #: Categories each variant must produce (so a comparison of empty sets cannot pass).
 VARIANT_CATEGORIES = {
@@ -1164,7 +1256,11 @@ VARIANT_CATEGORIES = {
     "shapes_memory_flops": {"cpu_op", "user_annotation", "cpu_instant_event"},
     "all_threads": {"cpu_op", "user_annotation"},
     "stack_verbose": {"cpu_op", "user_annotation", "cpu_instant_event", "python_function"},
+    "overloads": {"cpu_op", "user_annotation"},
+    "everything": {"cpu_op", "user_annotation", "cpu_instant_event", "python_function"},
 }
+#: _ExperimentalConfig fields of the variants (the rest are profile() arguments).
+EXPERIMENTAL_FLAGS = ("verbose", "profile_all_threads", "capture_overload_names")
 
 
 def _torch_workload(torch: Any, with_worker: bool) -> None:
@@ -1176,29 +1272,48 @@ def _torch_workload(torch: Any, with_worker: bool) -> None:
         loss = model(x).sum()
     with record_function("backward_block"):
         loss.backward()
+    torch.ones(3).add(torch.ones(3)).add_(1)  # overloads: aten::add.Tensor, aten::add_.Tensor
     if with_worker:
         worker = threading.Thread(target=lambda: torch.ones(4).mul(3).sum())
         worker.start()
         worker.join()
 
 
+class _SavedOnce:
+    """A ``_ProfilerResult`` that torch has already written to ``path``; ``save`` copies that file."""
+
+    def __init__(self, result: Any, path: Path) -> None:
+        self._result = result
+        self._path = path
+
+    def save(self, path: str) -> None:
+        Path(path).write_bytes(self._path.read_bytes())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._result, name)
+
+
 @pytest.fixture(scope="module", params=list(VARIANTS))
 def torch_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One torch.profiler run, written by torch and by polyprof from the same raw result."""
     torch = pytest.importorskip("torch")
-    from torch._C._profiler import _ExperimentalConfig
     from torch.profiler import ProfilerActivity as TorchActivity
     from torch.profiler import profile
 
+    from polyprof import torch_support
     from polyprof.plugins.torch_cpu import decode_result
 
     flags = dict(VARIANTS[request.param])
-    verbose = flags.pop("verbose", False)
-    all_threads = flags.pop("profile_all_threads", False)
+    experimental = {name: flags.pop(name) for name in EXPERIMENTAL_FLAGS if name in flags}
+    lacking = sorted(set(experimental) - torch_support.installed().experimental_fields)
+    if request.param != "everything" and lacking:
+        pytest.skip(f"torch {torch.__version__} has no _ExperimentalConfig {', '.join(lacking)}")
+    experimental = {name: value for name, value in experimental.items() if name not in lacking}
+    all_threads = experimental.get("profile_all_threads", False)
     directory = tmp_path_factory.mktemp(request.param)
     with profile(
         activities=[TorchActivity.CPU],
-        experimental_config=_ExperimentalConfig(verbose=verbose, profile_all_threads=all_threads),
+        experimental_config=torch_support.make_experimental_config(**experimental),
         **flags,
     ) as prof:
         _torch_workload(torch, with_worker=all_threads)
@@ -1206,9 +1321,10 @@ def torch_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     result = prof.profiler.kineto_results
     torch_path = directory / "torch.json"
     result.save(str(torch_path))
-    config = ProfileConfig(
-        activities={ProfilerActivity.CPU}, verbose=verbose, profile_all_threads=all_threads, **flags
-    )
+    # torch writes a result once; where polyprof reads the args back from torch's own
+    # writer (torch without trace_activities), it gets the file torch just wrote.
+    result = _SavedOnce(result, torch_path)
+    config = ProfileConfig(activities={ProfilerActivity.CPU}, **experimental, **flags)
     batch, facts = decode_result(result, config)
     trace = Trace(
         events=batch,
@@ -1219,7 +1335,7 @@ def torch_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         hostname=socket.gethostname(),
     )
     ours_path = directory / "ours.json"
-    write_chrome_trace(trace, ours_path)
+    write_chrome_trace(trace, ours_path, layout=chrome_trace.kineto_layout())
     return {
         "torch": load_exact(torch_path),
         "torch_path": torch_path,
@@ -1227,6 +1343,7 @@ def torch_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         "ours_text": ours_path.read_text(),
         "batch": batch,
         "trace": trace,
+        "config": config,
         "variant": request.param,
     }
 
@@ -1240,16 +1357,31 @@ def _recorded(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [e for e in events_of(doc, ("X", "i")) if e.get("cat") not in (None, "Trace")]
 
 
+#: Kineto's CUDA builds without a GPU file their error log lines under this key; not a trace property.
+KINETO_LOG_KEY = "ERROR"
+
+
+def _top_level_layout(doc: Mapping[str, Any]) -> list[str]:
+    """Top-level keys in order, each metadata key as "<metadata>" (torch's come out of a hash map)."""
+    layout: list[str] = []
+    for key in doc:
+        if key == KINETO_LOG_KEY:
+            continue
+        key = key if key in CHROME_TRACE_RESERVED_KEYS else "<metadata>"
+        if key != "<metadata>" or layout[-1:] != ["<metadata>"]:
+            layout.append(key)
+    return layout
+
+
 def test_differential_top_level_keys(torch_run: dict[str, Any]) -> None:
     theirs, ours = list(torch_run["torch"]), list(torch_run["ours"])
-    skeleton_head, skeleton_tail = (
-        ["schemaVersion", "deviceProperties"],
-        ["displayTimeUnit", "baseTimeNanoseconds", "traceEvents", "traceName"],
-    )
     for keys in (theirs, ours):
-        assert keys[:2] == skeleton_head and keys[-4:] == skeleton_tail
-    # torch's metadata keys come out of a hash map: same set, order free.
-    assert set(theirs[2:-4]) == set(ours[2:-4])
+        assert keys[:2] == ["schemaVersion", "deviceProperties"]
+        assert {"displayTimeUnit", "baseTimeNanoseconds", "traceEvents", "traceName"} <= set(keys)
+    # The installed torch's order (the time keys moved before traceEvents in 2.11).
+    assert _top_level_layout(torch_run["ours"]) == _top_level_layout(torch_run["torch"])
+    # torch's metadata keys come out of a hash map: same set, order free (host_name from 2.13 on).
+    assert set(ours) == set(theirs) - {KINETO_LOG_KEY}
     assert torch_run["ours"]["baseTimeNanoseconds"] == torch_run["torch"]["baseTimeNanoseconds"]
     for flag in ("profile_memory", "record_shapes", "with_flops", "with_stack"):
         assert torch_run["ours"].get(flag) == torch_run["torch"].get(flag)
@@ -1304,6 +1436,44 @@ def test_differential_flows_and_span(torch_run: dict[str, Any]) -> None:
     assert ours_m["Iteration Start: PyTorch Profiler"] == theirs_m["Iteration Start: PyTorch Profiler"]
     last_end = max(e["ts"] + e.get("dur", 0) for e in _recorded(torch_run["ours"]))
     assert ours_m["Record Window End"]["ts"] >= last_end
+
+
+def test_differential_event_key_order(torch_run: dict[str, Any]) -> None:
+    """Every kind of event lists its keys in the installed torch's order (Kineto 2.12 put "ph" first)."""
+
+    def orders(doc: Mapping[str, Any]) -> dict[tuple, set[tuple[str, ...]]]:
+        found: dict[tuple, set[tuple[str, ...]]] = defaultdict(set)
+        for ev in doc["traceEvents"]:
+            found[(ev["ph"], ev.get("cat"), ev["name"] if ev["ph"] in ("M", "i") else None)].add(tuple(ev))
+        return found
+
+    theirs, ours = orders(torch_run["torch"]), orders(torch_run["ours"])
+    assert set(ours) == set(theirs)
+    for kind, key_orders in ours.items():
+        assert key_orders <= theirs[kind], kind
+
+
+def test_differential_metadata_events_placement(torch_run: dict[str, Any]) -> None:
+    """Process/thread metadata before the events (torch 2.12+) or after them (before 2.12), as torch does."""
+
+    def metadata_first(doc: Mapping[str, Any]) -> bool:
+        kinds = [(e["ph"], e.get("cat")) for e in doc["traceEvents"]]
+        first_event = next(i for i, (ph, cat) in enumerate(kinds) if ph == "X" and cat != "Trace")
+        return kinds.index(("M", None)) < first_event
+
+    assert metadata_first(torch_run["ours"]) == metadata_first(torch_run["torch"])
+
+
+def test_differential_names_keep_overloads(torch_run: dict[str, Any]) -> None:
+    names = {e["name"] for e in _recorded(torch_run["ours"]) if e["cat"] == "cpu_op"}
+    assert names == {e["name"] for e in _recorded(torch_run["torch"]) if e["cat"] == "cpu_op"}
+    if torch_run["config"].capture_overload_names:
+        assert {"aten::add.Tensor", "aten::add_.Tensor"} <= names
+        # events() keeps torch's split: the overload is its own attribute, not part of the name.
+        overloads = dict(zip(torch_run["batch"].values("name"), torch_run["batch"].values("overload", "")))
+        assert overloads["aten::add"] == "Tensor" and overloads["aten::add_"] == "Tensor"
+    else:
+        assert not any("." in name for name in names), names
 
 
 def test_differential_metadata_events(torch_run: dict[str, Any]) -> None:

@@ -5,13 +5,19 @@ timing (including the partial cycle delivered at exit), ``acc_events`` and
 the result methods follow torch 2.13. Recording and post-processing go
 through a polyprof ``Session``: plugins, the event bus, columnar results.
 
+``activities`` is read as the installed torch reads it (dict filters from
+torch 2.12, the same exception types), and ``KinetoStepTracker`` is driven as
+the installed torch drives it.
+
 Differences from torch, on purpose: starting a profile while another is
 running raises a clear RuntimeError (torch silently empties the outer one);
-bad arguments raise errors that list the valid choices.
+bad arguments raise errors that list the valid choices (of torch's exception
+types), when the profile is made; ``post_processing_timeout_s`` drops no events.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -22,9 +28,12 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import attrs
+
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity, coerce_activity
 from polyprof.config import ProfileConfig
+from polyprof.errors import PolyprofError, PolyprofWarning
 from polyprof.record import record_function
 from polyprof.schedule import ProfilerAction, coerce_action, default_schedule
 from polyprof.trace import CONFIG_FLAG_KEYS
@@ -35,6 +44,11 @@ PROFILER_STEP_NAME = "ProfilerStep"
 ACC_EVENTS_WARNING = (
     "Warning: Profiler clears events at the end of each cycle. Only events from the current cycle "
     "will be reported. To keep events across cycles, set acc_events=True."
+)
+
+#: torch's words (2.13+) when events are asked of a trace_only profile.
+TRACE_ONLY_EVENTS_ERROR = (
+    "events() is not available when trace_only=True in ExperimentalConfig. Use export_chrome_trace() instead."
 )
 
 _active_lock = threading.Lock()
@@ -59,33 +73,266 @@ def _leave_active(prof: profile) -> None:
             _active_profiles.remove(prof)
 
 
-def parse_activities(
-    activities: Iterable[Any] | Mapping[Any, Iterable[str]] | None,
-) -> tuple[frozenset[ProfilerActivity] | None, dict[ProfilerActivity, frozenset[str]]]:
-    """Validate ``activities`` as torch accepts it: a list/set of activities or a dict of filters.
+class NoActivitiesError(PolyprofError, ValueError, AssertionError):
+    """``activities`` names no activity to record.
 
-    Returns ``(activities or None for the default, filters)``.
+    Also an AssertionError, the type torch raises here ("No valid profiler
+    activities found"), so code written for torch that catches it keeps working.
     """
+
+
+class UnknownActivityTypeError(PolyprofError, ValueError, RuntimeError):
+    """An activity filter names an activity type torch does not know for that activity.
+
+    Also a RuntimeError, the type torch's ``_prepare_profiler`` raises for it.
+    """
+
+
+#: The activity type names torch's collector accepts in a CPU filter (``{ProfilerActivity.CPU: [...]}``):
+#: the members of Kineto's CPU group. Any other name makes torch raise "Unknown or non-member activity
+#: type name" (asked of torch 2.13 and 2.15 by tests/test_frontend_versions.py).
+CPU_ACTIVITY_TYPES = (
+    "CPU_OP",
+    "CPU_INSTANT_EVENT",
+    "USER_ANNOTATION",
+    "EXTERNAL_CORRELATION",
+    "PYTHON_FUNCTION",
+    "CUDA_RUNTIME",
+    "CUDA_DRIVER",
+    "XPU_RUNTIME",
+    "XPU_DRIVER",
+    "PRIVATEUSE1_RUNTIME",
+    "PRIVATEUSE1_DRIVER",
+)
+
+_VALID_ACTIVITIES = ", ".join(f"ProfilerActivity.{m.name}" for m in ProfilerActivity)
+_VALID_ITEMS = (
+    f"ProfilerActivity values (torch's or polyprof's; valid activities are: {_VALID_ACTIVITIES}) "
+    "or dicts {ProfilerActivity: [activity type names]}"
+)
+
+
+@attrs.frozen
+class ActivityRules:
+    """How the installed torch's ``torch.profiler.profile`` reads ``activities``."""
+
+    #: torch's version text, for messages ("2.13.0+cpu"; torch 2.13's rules without torch).
+    torch_version: str
+    #: ``{activity: [type names]}`` items (``torch.profiler.profiler._parse_activities``, torch 2.12+).
+    dict_items: bool
+    #: ``ProfilerActivityConfig`` values in those dicts, and None for "all types" (torch 2.15+).
+    activity_configs: bool
+    #: torch 2.12 and 2.13 collect the activities before parsing them, so a list with no activity at
+    #: all raises AssertionError before a bad item raises TypeError; 2.14+ parse first.
+    scan_first: bool
+
+
+@functools.cache
+def activity_rules() -> ActivityRules:
+    """The installed torch's rules for ``activities``; torch 2.13's (DESIGN.md) when torch is absent."""
+    try:
+        import torch.profiler.profiler as torch_profiler
+
+        from polyprof.torch_support import installed
+
+        features = installed()
+    except ImportError:
+        return ActivityRules(
+            torch_version="2.13 (torch not installed)",
+            dict_items=True,
+            activity_configs=False,
+            scan_first=True,
+        )
+    dict_items = hasattr(torch_profiler, "_parse_activities")
+    return ActivityRules(
+        torch_version=features.version_text,
+        dict_items=dict_items,
+        activity_configs=hasattr(torch_profiler, "ProfilerActivityConfig"),
+        scan_first=dict_items and not features.at_least(2, 14),
+    )
+
+
+def _as_activity(value: Any) -> ProfilerActivity | None:
+    """polyprof's or torch's ``ProfilerActivity`` as polyprof's; None for anything else (names too)."""
+    if isinstance(value, ProfilerActivity):
+        return value
+    if type(value).__name__ == "ProfilerActivity" and type(value).__module__.startswith("torch"):
+        return coerce_activity(value)
+    return None
+
+
+def _filter_names(act: ProfilerActivity, value: Any, rules: ActivityRules) -> frozenset[str] | None:
+    """The type names of ``{act: value}``; None when the value asks for all of the activity's types."""
+    if rules.activity_configs and type(value).__name__ == "ProfilerActivityConfig":
+        if getattr(value, "profiler_configs", None):
+            warnings.warn(
+                f"the profiler_configs of {act.name}'s ProfilerActivityConfig ({value.profiler_configs!r}) "
+                "configure torch's own CUDA profiler extensions, which polyprof does not run; they are "
+                "ignored",
+                PolyprofWarning,
+                stacklevel=4,
+            )
+        value = value.activity_types
+    if value is None and rules.activity_configs:
+        return None
+    if isinstance(value, (str, bytes)):
+        raise UnknownActivityTypeError(
+            f"the activity types for {act.name} must be a list of names, not the string {value!r} "
+            f"(torch would read it letter by letter){_valid_type_names(act)}"
+        )
+    try:
+        names = frozenset(value)
+    except TypeError:
+        raise TypeError(
+            f"the activity types for {act.name} must be a list of activity type names, got {value!r}"
+            f"{_valid_type_names(act)}"
+        ) from None
+    if act is ProfilerActivity.CPU:
+        unknown = sorted(str(n) for n in names if n not in CPU_ACTIVITY_TYPES)
+        if unknown:
+            raise UnknownActivityTypeError(
+                "Unknown or non-member activity type name for ProfilerActivity.CPU: "
+                f"{', '.join(map(repr, unknown))}"
+                f"{_valid_type_names(act)}"
+            )
+    return names
+
+
+def _valid_type_names(act: ProfilerActivity) -> str:
+    if act is ProfilerActivity.CPU:
+        return f"; valid names for ProfilerActivity.CPU (case matters): {', '.join(CPU_ACTIVITY_TYPES)}"
+    return (
+        f"; valid names for ProfilerActivity.{act.name} are Kineto's activity types, such as "
+        "['CONCURRENT_KERNEL']"
+    )
+
+
+def parse_activities(
+    activities: Iterable[Any] | None,
+    use_cuda: bool | None = None,
+) -> tuple[frozenset[ProfilerActivity] | None, dict[ProfilerActivity, frozenset[str]]]:
+    """Read ``activities`` exactly as the installed torch's ``torch.profiler.profile`` does.
+
+    Items are activities, or (torch 2.12+) dicts mapping an activity to the
+    activity type names to keep (torch 2.15+ also takes a ``ProfilerActivityConfig``).
+    Returns ``(activities, filters)``; activities is None for torch's default.
+    The exception types are torch's: TypeError for an item of the wrong type
+    (or a dict on a torch without filters), ValueError for an activity given
+    twice (torch 2.12+; older ones drop the repeat), ``NoActivitiesError``
+    (an AssertionError) when nothing is left, ``UnknownActivityTypeError`` (a
+    RuntimeError) for a CPU type name torch's collector refuses. ``use_cuda`` is
+    torch's deprecated flag: as in torch it only counts towards "nothing is
+    left" (torch records the activities as given whatever it says).
+    """
+    rules = activity_rules()
     if activities is None:
         return None, {}
-    if isinstance(activities, (str, bytes)):
-        raise TypeError(
-            f"activities must be a list of ProfilerActivity values, not the string {activities!r}; "
-            "for example activities=[ProfilerActivity.CPU]"
-        )
+    if isinstance(activities, Mapping):
+        # torch iterates a dict given as ``activities``: its keys, with the values unused.
+        activities = list(activities)
+    try:
+        items = list(activities)
+    except TypeError:
+        raise TypeError(f"activities must be a list of {_VALID_ITEMS}, got {activities!r}") from None
+    if not rules.dict_items:
+        return _parse_without_filters(items, use_cuda, rules), {}
+    if rules.scan_first:
+        scanned = {i for i in items if _as_activity(i) is not None}
+        scanned |= {k for i in items if isinstance(i, dict) for k in i}
+        _check_not_empty(scanned, use_cuda, items)
     chosen: list[ProfilerActivity] = []
     filters: dict[ProfilerActivity, frozenset[str]] = {}
-    items = activities.items() if isinstance(activities, Mapping) else ((a, None) for a in activities)
-    for raw, names in items:
-        act = coerce_activity(raw)
+
+    def add(act: ProfilerActivity) -> None:
         if act in chosen:
-            raise ValueError(f"Activity {act.name} specified more than once")
+            raise ValueError(
+                f"Activity ProfilerActivity.{act.name} specified more than once in activities={items!r}; "
+                "give each activity once, either alone or as a dict key with its activity types"
+            )
         chosen.append(act)
-        if names is not None:
-            if isinstance(names, str):
-                raise TypeError(f"the activity types for {act.name} must be a list of strings, not {names!r}")
-            filters[act] = frozenset(names)
+
+    for item in items:
+        act = _as_activity(item)
+        if act is not None:
+            add(act)
+        elif isinstance(item, dict):
+            for key, value in item.items():
+                act = _as_activity(key)
+                if act is None:
+                    raise TypeError(
+                        f"activity filter key {key!r} is not a ProfilerActivity; activities takes "
+                        f"{_VALID_ITEMS}"
+                    )
+                add(act)
+                names = _filter_names(act, value, rules)
+                if names is not None:
+                    filters[act] = names
+        else:
+            raise TypeError(
+                f"Expected ProfilerActivity or dict in activities, got {type(item).__name__} {item!r}; "
+                f"activities takes {_VALID_ITEMS}"
+            )
+    if not rules.scan_first:
+        _check_not_empty(set(chosen), use_cuda, items)
     return frozenset(chosen), filters
+
+
+def _parse_without_filters(
+    items: list[Any], use_cuda: bool | None, rules: ActivityRules
+) -> frozenset[ProfilerActivity] | None:
+    """torch 2.6 to 2.11: ``set(activities) if activities else default`` (repeats merge, dicts refused)."""
+    if not items:
+        return None
+    chosen: list[ProfilerActivity] = []
+    ignored = []
+    for item in items:
+        if isinstance(item, dict):
+            raise TypeError(
+                f"activities item {item!r} is an activity filter, which torch {rules.torch_version} does not "
+                f"take (torch 2.12 and newer do); pass ProfilerActivity values (valid activities are: "
+                f"{_VALID_ACTIVITIES})"
+            )
+        try:
+            hash(item)
+        except TypeError:
+            raise TypeError(
+                f"unhashable type in activities: {item!r}; activities takes ProfilerActivity values (valid "
+                f"activities are: {_VALID_ACTIVITIES})"
+            ) from None
+        act = _as_activity(item)
+        if act is None:
+            ignored.append(item)
+        elif act not in chosen:
+            chosen.append(act)
+    if not chosen:
+        raise NoActivitiesError(
+            f"No activities specified for the profiler: {items!r} holds no ProfilerActivity; "
+            f"valid activities are: {_VALID_ACTIVITIES}"
+        )
+    if ignored:
+        # torch drops them silently; say so.
+        warnings.warn(
+            f"activities items {ignored!r} are not ProfilerActivity values; torch {rules.torch_version} "
+            "ignores them, and so does polyprof",
+            PolyprofWarning,
+            stacklevel=4,
+        )
+    _check_not_empty(set(chosen), use_cuda, items)
+    return frozenset(chosen)
+
+
+def _check_not_empty(found: set[Any], use_cuda: bool | None, items: list[Any]) -> None:
+    left = {a if _as_activity(a) is None else _as_activity(a) for a in found}
+    if use_cuda:
+        left.add(ProfilerActivity.CUDA)
+    elif use_cuda is not None:
+        left.discard(ProfilerActivity.CUDA)
+    if not left:
+        raise NoActivitiesError(
+            f"No valid profiler activities found in activities={items!r}"
+            + (f" with use_cuda={use_cuda}" if use_cuda is not None else "")
+            + f"; valid activities are: {_VALID_ACTIVITIES}"
+        )
 
 
 def _experimental_flags(experimental_config: Any) -> dict[str, bool]:
@@ -127,22 +374,13 @@ class profile:  # noqa: N801 - torch's name
         post_processing_timeout_s: float | None = None,
         plugin_manager: Any = None,
     ) -> None:
-        acts, filters = parse_activities(activities)
         if use_cuda is not None:
-            warnings.warn("`use_cuda` is deprecated, use `activities` argument instead", FutureWarning, stacklevel=2)
-            base = set(acts) if acts is not None else None
-            if base is None:
-                base = {ProfilerActivity.CPU}
-            if use_cuda:
-                base.add(ProfilerActivity.CUDA)
-            else:
-                base.discard(ProfilerActivity.CUDA)
-            acts = frozenset(base)
-        if acts is not None and not acts:
-            raise ValueError(
-                "No valid profiler activities found: activities is empty; pass e.g. "
-                "activities=[ProfilerActivity.CPU]"
+            warnings.warn(
+                "`use_cuda` is deprecated, use `activities` argument instead", FutureWarning, stacklevel=2
             )
+        # As in torch (2.6 to 2.13), use_cuda only counts towards "no activity left": the
+        # activities recorded are the ones given (or the default set).
+        acts, filters = parse_activities(activities, use_cuda=use_cuda)
         if schedule is not None and not callable(schedule):
             raise TypeError(f"schedule must be callable (use polyprof.schedule(...)), got {schedule!r}")
         if on_trace_ready is not None and not callable(on_trace_ready):
@@ -160,7 +398,9 @@ class profile:  # noqa: N801 - torch's name
         self.execution_trace_observer = execution_trace_observer
         self.acc_events = acc_events
         self.custom_trace_id_callback = custom_trace_id_callback
-        #: Accepted for compatibility; polyprof's post-processing is columnar and needs no cut-off.
+        #: Checked, then a deliberate difference (docs/user-guide.md): torch cuts its Python
+        #: post-processing at this deadline and returns partial events; polyprof's is columnar and
+        #: lazy, and keeps every event.
         self.post_processing_timeout_s = post_processing_timeout_s
         self.on_trace_ready = on_trace_ready
         self.record_steps = schedule is not None
@@ -179,6 +419,11 @@ class profile:  # noqa: N801 - torch's name
         self._results: Any = None
         self._cleared_warned = False
         self._step_times: list[float] = []
+        # torch's step count for Kineto (on-demand tracing, optimizer step hooks) is registered
+        # here and erased at exit, as torch.profiler.profile does; without torch there is none.
+        self._step_tracker = _kineto_step_tracker()
+        if self._step_tracker is not None:
+            self._step_tracker.init_step_count(PROFILER_STEP_NAME)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -189,6 +434,9 @@ class profile:  # noqa: N801 - torch's name
     def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
         try:
             self.stop()
+            # Erased only after a clean stop, as in torch's __exit__.
+            if self._step_tracker is not None:
+                self._step_tracker.erase_step_count(PROFILER_STEP_NAME)
         finally:
             if self.execution_trace_observer is not None:
                 self.execution_trace_observer.cleanup()
@@ -228,6 +476,8 @@ class profile:  # noqa: N801 - torch's name
         self.step_num += 1
         self.current_action = next_action
         self._transit_action(prev_action, next_action)
+        if self._step_tracker is not None and _step_hook_enabled():
+            self._step_tracker.increment_step(PROFILER_STEP_NAME)
         if self.record_steps:
             self.step_rec_fn = record_function(f"{PROFILER_STEP_NAME}#{self.step_num}")
             self.step_rec_fn.__enter__()
@@ -303,6 +553,14 @@ class profile:  # noqa: N801 - torch's name
             from polyprof.session import Session
 
             flags = _experimental_flags(self.experimental_config)
+            if flags["trace_only"] and self.with_stack:
+                # torch's own rule and words (torch.profiler.profile.__init__, 2.13+)
+                warnings.warn(
+                    "trace_only=True is incompatible with with_stack=True (stack traces require event "
+                    "post-processing). Disabling trace_only.",
+                    stacklevel=2,
+                )
+                flags["trace_only"] = False
             self._session = Session.create(
                 activities=self.activities_requested,
                 activity_filters=self.activity_filters,
@@ -388,8 +646,13 @@ class profile:  # noqa: N801 - torch's name
         """The last finished ``polyprof.trace.Trace``."""
         return self._require_results().traces[-1]
 
+    def _refuse_if_trace_only(self) -> None:
+        if self.config is not None and self.config.trace_only:
+            raise RuntimeError(TRACE_ONLY_EVENTS_ERROR)
+
     def events(self) -> Any:
         """Every recorded event, as an ``EventList`` of ``FunctionEvent``."""
+        self._refuse_if_trace_only()
         return self._require_results().events()
 
     def key_averages(
@@ -399,6 +662,7 @@ class profile:  # noqa: N801 - torch's name
         group_by_overload_name: bool = False,
     ) -> Any:
         """Events averaged by name (and optionally shapes, stack, overload)."""
+        self._refuse_if_trace_only()
         if not isinstance(group_by_stack_n, int) or group_by_stack_n < 0:
             raise ValueError(f"group_by_stack_n must be an int >= 0, got {group_by_stack_n!r}")
         return self._require_results().key_averages(
@@ -468,6 +732,38 @@ class profile:  # noqa: N801 - torch's name
     def __repr__(self) -> str:
         acts = ",".join(sorted(a.name for a in self.activities))
         return f"<polyprof.profile activities={acts} step_num={self.step_num} action={self.current_action.name}>"
+
+
+def _kineto_step_tracker() -> Any:
+    """torch's ``KinetoStepTracker`` (``torch.autograd.profiler``), or None without torch."""
+    try:
+        from torch.autograd.profiler import KinetoStepTracker
+    except ImportError:
+        return None
+    return KinetoStepTracker
+
+
+def _step_hook_enabled() -> bool:
+    """Whether torch's ``profile.step()`` counts the step for Kineto in this process.
+
+    torch 2.6 counts every step; from 2.7 on only with a Kineto daemon
+    (``KINETO_USE_DAEMON``) or, in Meta's own builds, ``KINETO_FORCE_STEP_HOOK``.
+    Read at each step, as torch does.
+    """
+    from polyprof.torch_support import installed
+
+    try:
+        if not installed().at_least(2, 7):
+            return True
+    except (ImportError, AttributeError):  # a torch without the profiler: follow the newest rule
+        pass
+    if os.environ.get("KINETO_USE_DAEMON", ""):
+        return True
+    try:
+        from torch._environment import is_fbcode
+    except ImportError:
+        return False
+    return bool(is_fbcode() and os.environ.get("KINETO_FORCE_STEP_HOOK", ""))
 
 
 def _check_json(key: str, value: str) -> None:

@@ -71,6 +71,13 @@ without it. It is idempotent, ``uninstall()`` without ``install()`` does
 nothing, and ``shimmed()`` installs for the length of a ``with`` block (leaving
 shims that were installed before the block in place).
 
+Each shim class takes the arguments the *installed* torch's class takes and
+refuses the others with torch's ``TypeError`` (asked of torch's own signature:
+``post_processing_timeout_s`` from torch 2.11, ``activity_filters`` from 2.12,
+no ``use_cuda`` in ``torch.profiler.profile`` / ``torch.autograd.profiler.profile``
+from 2.14, ``_profiler_extensions`` from 2.15), plus polyprof's
+``plugin_manager`` and, for the legacy profile, IPEX's ``use_xpu``.
+
 ``torch.autograd.profiler.profile`` (AutogradProfile) honours: ``enabled``,
 ``use_cpu`` and ``use_device`` / ``use_cuda`` (choose the activities: CPU, and
 ``cuda``, ``xpu``, ``mtia``, ``hpu`` or the PrivateUse1 backend name; an
@@ -78,8 +85,9 @@ unknown device warns as torch does and profiles the CPU only),
 ``record_shapes``, ``with_flops`` (implies ``record_shapes``),
 ``profile_memory``, ``with_stack``, ``with_modules``, ``experimental_config``,
 ``acc_events``, ``custom_trace_id_callback``, ``post_processing_timeout_s``
-(accepted; polyprof's post-processing needs no cut-off) and
-``activity_filters``. ``use_kineto`` is accepted and ignored: polyprof always
+(checked; polyprof keeps every event, see docs/user-guide.md) and
+``activity_filters``; ``_profiler_extensions`` (torch's CUDA extensions) warns
+and is ignored. ``use_kineto`` is accepted and ignored: polyprof always
 records through its tracer plugins (the CPU tracer drives torch's Kineto
 collector). A device activity needs the polyprof plugin that records it
 (``polyprof-cuda``, ``polyprof-xpu``); without it ``__enter__`` raises
@@ -92,7 +100,9 @@ as ``polyprof.legacy.profile`` does.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import inspect
 import json
 import os
 import sys
@@ -106,7 +116,8 @@ import attrs
 
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity, coerce_activity
-from polyprof.errors import PolyprofError, ProfilerDisabledError
+from polyprof.errors import PolyprofError, PolyprofWarning, ProfilerDisabledError
+from polyprof.profiler import NoActivitiesError
 from polyprof.profiler import profile as _polyprof_profile
 
 log = get_logger(__name__)
@@ -132,12 +143,78 @@ class TorchMissingError(PolyprofError, ImportError):
 # ------------------------------------------------------------------ shim classes
 
 
+#: Arguments the shim classes take beyond the torch class they stand in for (polyprof's own, IPEX's).
+_SHIM_EXTRAS: Mapping[str, frozenset[str]] = {
+    "torch": frozenset({"plugin_manager"}),
+    "autograd": frozenset({"plugin_manager"}),
+    "legacy": frozenset({"plugin_manager", "use_xpu"}),
+}
+#: Where the torch class that each kind of shim stands in for lives.
+_TORCH_CLASS_MODULE: Mapping[str, str] = {
+    "torch": "torch.profiler.profiler",
+    "autograd": "torch.autograd.profiler",
+    "legacy": "torch.autograd.profiler_legacy",
+}
+
+
+def _torch_class(kind: str, shim_cls: type) -> Any:
+    """The installed torch's own class behind ``shim_cls``; None without torch."""
+    original = _originals_by_replacement.get(id(shim_cls))
+    if original is not None:
+        return original
+    try:
+        module = importlib.import_module(_TORCH_CLASS_MODULE[kind])
+    except ImportError:
+        return None
+    candidate = vars(module).get("profile")
+    if candidate is None or _is_own_module(getattr(candidate, "__module__", "") or ""):
+        return None
+    return candidate
+
+
+@functools.cache
+def _torch_signature(torch_cls: type) -> inspect.Signature:
+    return inspect.signature(torch_cls)
+
+
+def _check_torch_arguments(
+    kind: str, shim_cls: type, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> None:
+    """Refuse, with torch's TypeError, arguments the installed torch's class would refuse.
+
+    polyprof's frontends keep one signature (torch 2.13's); behind torch's names
+    they take what the installed torch takes: no ``post_processing_timeout_s``
+    before 2.11, no ``use_cuda`` from 2.14, ``activity_filters`` from 2.12, ...
+    """
+    torch_cls = _torch_class(kind, shim_cls)
+    if torch_cls is None:
+        return
+    signature = _torch_signature(torch_cls)
+    extras = _SHIM_EXTRAS[kind]
+    try:
+        signature.bind(*args, **{k: v for k, v in kwargs.items() if k not in extras})
+    except TypeError as exc:
+        import torch
+
+        accepted = ", ".join(p.name for p in signature.parameters.values() if not p.name.startswith("_"))
+        raise TypeError(
+            f"{exc}: torch {torch.__version__}'s {torch_cls.__module__}.{torch_cls.__qualname__}, which "
+            f"polyprof stands in for, takes ({accepted})"
+        ) from None
+
+
 class TorchProfile(_polyprof_profile):
     """``polyprof.profile`` as ``torch.profiler.profile`` while the shims are installed.
 
-    The same signature, semantics and results as ``polyprof.profile``; a
-    separate class only so that the shims know which bindings they made.
+    The same semantics and results as ``polyprof.profile``; it takes the
+    arguments the installed torch's ``torch.profiler.profile`` takes (and
+    refuses the others with torch's TypeError). A separate class also so that
+    the shims know which bindings they made.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TorchProfile:
+        _check_torch_arguments("torch", TorchProfile, args, kwargs)
+        return super().__new__(cls)
 
 
 #: ``use_device`` values torch accepts and the activity each records.
@@ -190,6 +267,10 @@ class AutogradProfile(_polyprof_profile):
     once: a second ``with`` raises ``RuntimeError``.
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> AutogradProfile:
+        _check_torch_arguments("autograd", AutogradProfile, args, kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         enabled: bool = True,
@@ -208,8 +289,17 @@ class AutogradProfile(_polyprof_profile):
         custom_trace_id_callback: Callable[[], str] | None = None,
         post_processing_timeout_s: float | None = None,
         activity_filters: Mapping[Any, Iterable[str]] | None = None,
+        _profiler_extensions: Mapping[str, str] | None = None,
         plugin_manager: Any = None,
     ) -> None:
+        if _profiler_extensions:
+            # torch 2.15's CUDA profiler extensions (performance metrics): torch's Kineto runs them.
+            warnings.warn(
+                f"_profiler_extensions {dict(_profiler_extensions)!r} configure torch's own CUDA profiler "
+                "extensions, which polyprof does not run; they are ignored",
+                PolyprofWarning,
+                stacklevel=2,
+            )
         self.enabled = bool(enabled)
         #: Accepted for torch compatibility; polyprof's tracers decide how to record.
         self.use_kineto = use_kineto
@@ -217,7 +307,7 @@ class AutogradProfile(_polyprof_profile):
         device = _autograd_device(bool(use_cuda), use_device)
         chosen = ([ProfilerActivity.CPU] if self.use_cpu else []) + ([device] if device is not None else [])
         if not chosen:
-            raise ValueError(
+            raise NoActivitiesError(
                 "No activities specified for the profiler: use_cpu=False needs a device, e.g. "
                 f"use_device='cuda'; valid devices: {', '.join(_DEVICE_ACTIVITY)}"
             )
@@ -225,7 +315,7 @@ class AutogradProfile(_polyprof_profile):
         unknown = sorted(a.name for a in filters if a not in chosen)
         if unknown:
             log.debug("activity_filters_ignored", activities=unknown)
-        activities = {act: (list(filters[act]) if act in filters else None) for act in chosen}
+        activities = [{act: list(filters[act])} if act in filters else act for act in chosen]
         super().__init__(
             activities=activities,
             record_shapes=bool(record_shapes) or bool(with_flops),
@@ -331,6 +421,11 @@ _legacy_class_lock = threading.Lock()
 _legacy_class: type | None = None
 
 
+def _legacy_new(cls: type, *args: Any, **kwargs: Any) -> Any:
+    _check_torch_arguments("legacy", _legacy_class or cls, args, kwargs)
+    return object.__new__(cls)
+
+
 def _legacy_profile_class() -> type | None:
     """``LegacyProfile``, made on first use; None when ``polyprof.legacy`` is not installed."""
     global _legacy_class
@@ -348,6 +443,7 @@ def _legacy_profile_class() -> type | None:
                 {
                     "__module__": __name__,
                     "__qualname__": "LegacyProfile",
+                    "__new__": _legacy_new,
                     "__doc__": (
                         "``polyprof.legacy.profile`` as ``torch.autograd.profiler_legacy.profile`` while "
                         "the shims are installed (accepts IPEX's ``use_xpu``)."

@@ -1,4 +1,4 @@
-"""The summary table: ``EventList.table()`` text, identical to torch 2.13's.
+"""The summary table: ``EventList.table()`` text, identical to the installed torch's.
 
 ``build_table(events, ...)`` renders any sequence of objects that carry torch's
 attribute names (``key``, ``count``, ``cpu_time_total``, ``self_cpu_time_total``,
@@ -15,13 +15,18 @@ overflow their 12-wide column, a name exactly ``W - 3`` long still gets
 the *smallest* positive count, ``row_limit=-1`` prints every row, every line
 ends with two spaces and a newline, and an empty list gives ``""``.
 
+The rules that changed between torch releases (``polyprof.tree.PostProcessingRules``,
+docs/torch-versions.md) follow the installed torch, or the ``rules`` given:
+the Overload Name column exists from 2.7, memory units are ``GB MB KB B``
+from 2.8 (``Gb Mb Kb b`` before).
+
 After the device check and the sort, the layout and the share denominators
 are computed once (``plan_table`` -> ``TablePlan``; totals are summed left to
 right in display order, as torch does, so the last digit agrees too), then
 each printed event becomes a list of cells (``row_cells``) that the plan's
 columns render.
 
-Deliberate differences from torch 2.13:
+Deliberate differences from torch (every supported release unless said):
 
 1. ``flops=None`` counts as 0. torch raises ``TypeError`` for such events (its
    synthetic ``[memory]`` events when both ``profile_memory`` and
@@ -54,6 +59,10 @@ Deliberate differences from torch 2.13:
    ``ValueError`` with a message that names the event.
 5. The events are never modified. torch writes ``self_cpu_percent``,
    ``total_cpu_percent`` and ``total_device_percent`` onto every printed event.
+6. ``time_unit`` works on every release; torch's ``table()`` takes it from 2.9.
+7. XPU events' self device time counts toward the ``Self XPU`` total on every
+   release; torch before 2.11 leaves it out (and cannot print such a table:
+   its ``device_time_total`` raises ``AssertionError`` for XPU events).
 """
 
 from __future__ import annotations
@@ -67,6 +76,7 @@ import attrs
 
 from polyprof.errors import PolyprofError
 from polyprof.events import DeviceType
+from polyprof.tree import PostProcessingRules, post_processing_rules
 
 __all__ = [
     "DEFAULT_COLUMN_WIDTH",
@@ -184,15 +194,20 @@ def format_time_share(t: float, total: float) -> str:
     return f"{t * 100.0 / total:.2f}%"
 
 
-def format_memory(nbytes: int) -> str:
-    """Format a byte count (may be negative) with 1024-based ``GB``/``MB``/``KB`` or plain ``B``."""
+def format_memory(nbytes: int, rules: PostProcessingRules | None = None) -> str:
+    """Format a byte count (may be negative) with 1024-based ``GB``/``MB``/``KB`` or plain ``B``.
+
+    The unit names are ``rules.memory_units`` (the installed torch's by default:
+    torch before 2.8 writes ``Gb``/``Mb``/``Kb``/``b``).
+    """
+    gb, mb, kb, b = (rules or post_processing_rules()).memory_units
     if abs(nbytes) >= _GB:
-        return f"{nbytes * 1.0 / _GB:.2f} GB"
+        return f"{nbytes * 1.0 / _GB:.2f} {gb}"
     if abs(nbytes) >= _MB:
-        return f"{nbytes * 1.0 / _MB:.2f} MB"
+        return f"{nbytes * 1.0 / _MB:.2f} {mb}"
     if abs(nbytes) >= _KB:
-        return f"{nbytes * 1.0 / _KB:.2f} KB"
-    return f"{nbytes} B"
+        return f"{nbytes * 1.0 / _KB:.2f} {kb}"
+    return f"{nbytes} {b}"
 
 
 def flops_unit(min_positive_flops: float) -> tuple[float, str]:
@@ -280,6 +295,8 @@ class TablePlan:
     self_cpu_total: float
     #: Denominator of the device share: self device time of the events that count.
     self_device_total: float
+    #: The torch release whose table this is.
+    rules: PostProcessingRules = attrs.field(factory=PostProcessingRules.newest)
 
     @property
     def line_length(self) -> int:
@@ -353,16 +370,22 @@ def plan_table(
     with_flops: bool,
     profile_memory: bool,
     time_unit: str | None,
+    rules: PostProcessingRules | None = None,
 ) -> TablePlan:
     """Decide the columns, their widths and the share denominators for non-empty ``events``.
 
     ``events`` must already be in display order (the totals are summed in that
     order, as torch does) and ``use_device`` is that of the first event *before*
-    sorting. Raises ``RuntimeError`` like ``check_device_data``.
+    sorting. ``rules`` picks the torch release (default: the installed one).
+    Raises ``RuntimeError`` like ``check_device_data``.
     """
+    rules = rules or post_processing_rules()
     has_device_time = check_device_data(events, use_device)
     has_device_memory = any(evt.self_device_memory_usage > 0 for evt in events)
-    show_overload = any(_non_empty(evt.overload_name) for evt in events)
+    # torch 2.6's table has no Overload Name column (its events have no overload names)
+    show_overload = rules.overload_names and any(
+        _non_empty(getattr(evt, "overload_name", None)) for evt in events
+    )
     has_shapes = any(_non_empty(evt.input_shapes) for evt in events)
     stacks = [evt.stack for evt in events if _non_empty(evt.stack)]
 
@@ -426,6 +449,7 @@ def plan_table(
         self_device_total=_sequential_sum(
             evt.self_device_time_total for evt in events if _counts_toward_device_total(evt)
         ),
+        rules=rules,
     )
 
 
@@ -472,9 +496,13 @@ def row_cells(evt: Any, plan: TablePlan) -> list[Any]:
             _format_time_in(evt.device_time, unit),
         ]
     if plan.show_memory:
-        cells += [format_memory(evt.cpu_memory_usage), format_memory(evt.self_cpu_memory_usage)]
+        rules = plan.rules
+        cells += [format_memory(evt.cpu_memory_usage, rules), format_memory(evt.self_cpu_memory_usage, rules)]
         if plan.show_device_memory:
-            cells += [format_memory(evt.device_memory_usage), format_memory(evt.self_device_memory_usage)]
+            cells += [
+                format_memory(evt.device_memory_usage, rules),
+                format_memory(evt.self_device_memory_usage, rules),
+            ]
     cells.append(evt.count)
     if plan.show_node_id:
         cells.append(evt.node_id)
@@ -586,8 +614,9 @@ def build_table(
     profile_memory: bool = False,
     top_level_events_only: bool = False,
     time_unit: str | None = None,
+    rules: PostProcessingRules | None = None,
 ) -> str:
-    """Render ``events`` as torch 2.13's profiler summary table.
+    """Render ``events`` as the installed torch's profiler summary table.
 
     :param events: objects with torch's ``FunctionEvent``/``FunctionEventAvg`` attribute names.
     :param sort_by: attribute to sort by, descending (``cuda``/``xpu``/``privateuse1`` in the
@@ -601,6 +630,7 @@ def build_table(
     :param profile_memory: add the memory columns.
     :param top_level_events_only: print only events whose ``cpu_parent`` is None.
     :param time_unit: ``"s"``, ``"ms"`` or ``"us"`` to force every time cell's unit.
+    :param rules: the torch release whose table to print; by default the installed one.
     :returns: the table text, each line ending with a newline; ``""`` for no events.
     :raises InvalidSortKeyError: ``sort_by`` is no attribute of the events.
     :raises RuntimeError: events have device time but the first has no ``use_device``.
@@ -615,6 +645,8 @@ def build_table(
             "max_shapes_column_width": max_shapes_column_width,
         },
     )
+    if rules is not None and not isinstance(rules, PostProcessingRules):
+        raise TypeError(f"rules must be a polyprof.tree.PostProcessingRules or None, got {rules!r}")
     events = list(events)
     if not events:
         return ""
@@ -632,6 +664,7 @@ def build_table(
         with_flops=with_flops,
         profile_memory=profile_memory,
         time_unit=time_unit,
+        rules=rules,
     )
 
     lines = _title_lines(plan, header, top_level_events_only)

@@ -1,4 +1,10 @@
-"""polyprof.table.build_table against torch 2.13's own table code as the oracle.
+"""polyprof.table.build_table against the installed torch's own table code as the oracle.
+
+On every supported torch (2.6 to 2.15) the oracle is that release's
+``_build_table``. Two things polyprof does on purpose on older releases are
+checked explicitly: ``time_unit`` works before 2.9 (torch's table does not take
+it: its text without ``time_unit`` must still match), and XPU device events
+are timed before 2.11 (torch raises there; the oracle gets them labelled CUDA).
 
 Real events come from torch.profiler on small CPU workloads; device-time events
 are built by hand with torch's FunctionEvent (legacy and Kineto style); random
@@ -11,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import itertools
 import re
 import types
@@ -32,6 +39,7 @@ from torch.autograd.profiler_util import (
 )
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from polyprof import torch_support
 from polyprof.table import (
     VALID_SORT_KEYS,
     InvalidSortKeyError,
@@ -42,10 +50,17 @@ from polyprof.table import (
     format_time,
     format_time_share,
 )
+from polyprof.tree import PostProcessingRules, post_processing_rules
 
 ExperimentalConfig = torch._C._profiler._ExperimentalConfig
 
 TABLE_FLAGS = ("with_flops", "profile_memory")
+FEATURES = torch_support.installed()
+RULES = post_processing_rules()
+#: torch's table takes ``time_unit`` from 2.9.
+TORCH_TIME_UNIT = "time_unit" in inspect.signature(_build_table).parameters
+#: torch before 2.11 raises from ``device_time_total`` for XPU events.
+XPU_AS_TORCH = FEATURES.at_least(2, 11)
 
 
 # ---------------------------------------------------------------- workloads
@@ -124,6 +139,8 @@ def stack_averages(stack_prof: torch.profiler.profile) -> tuple[EventList, ...]:
 
 @pytest.fixture(scope="module")
 def overload_prof() -> torch.profiler.profile:
+    if "capture_overload_names" not in FEATURES.experimental_fields:
+        pytest.skip(f"torch {FEATURES.version_text} records no overload names (test_no_overload_column_before_2_7)")
     return profiled(record_shapes=True, experimental_config=ExperimentalConfig(capture_overload_names=True))
 
 
@@ -134,10 +151,85 @@ def flags_of(events: EventList) -> dict[str, bool]:
     return {"with_flops": events._with_flops, "profile_memory": events._profile_memory}
 
 
+def table_method_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` for torch's ``EventList.table``: without ``time_unit`` before 2.9 (it has none)."""
+    if TORCH_TIME_UNIT:
+        return options
+    return {k: v for k, v in options.items() if k != "time_unit"}
+
+
+def relabelled(events: Any, old: DeviceType, new: DeviceType) -> EventList:
+    """Shallow copies of ``events`` with device type ``old`` written as ``new`` (same list flags)."""
+    out = []
+    for evt in events:
+        if evt.device_type == old:
+            evt = copy.copy(evt)
+            evt.device_type = new
+        out.append(evt)
+    return EventList(
+        out,
+        use_device=getattr(events, "_use_device", None),
+        profile_memory=getattr(events, "_profile_memory", False),
+        with_flops=getattr(events, "_with_flops", False),
+    )
+
+
+def torch_input(events: Any) -> Any:
+    """What torch is given as the oracle: XPU events labelled CUDA before 2.11 (see the module doc)."""
+    if XPU_AS_TORCH or not any(evt.device_type == DeviceType.XPU for evt in events):
+        return events
+    return relabelled(events, DeviceType.XPU, DeviceType.CUDA)
+
+
+#: What ``build_table`` reads of an event.
+TABLE_ATTRIBUTES = (
+    "key", "count", "cpu_time_total", "self_cpu_time_total", "cpu_time", "device_time_total",
+    "self_device_time_total", "device_time", "cpu_memory_usage", "device_memory_usage",
+    "self_cpu_memory_usage", "self_device_memory_usage", "input_shapes", "stack", "flops",
+    "overload_name", "node_id", "is_async", "is_user_annotation", "is_legacy", "use_device", "cpu_parent",
+)  # fmt: skip
+
+
+def ours_input(events: Any) -> Any:
+    """What polyprof is given: torch's own events, except XPU ones before 2.11.
+
+    There torch's ``device_time_total`` property raises, so polyprof's table
+    gets snapshots of the values torch computes for the same events labelled
+    CUDA (polyprof's own results carry values, never torch's properties).
+    """
+    if torch_input(events) is events:
+        return events
+    cuda = relabelled(events, DeviceType.XPU, DeviceType.CUDA)
+    return [
+        types.SimpleNamespace(
+            **{name: getattr(evt, name, None) for name in TABLE_ATTRIBUTES}, device_type=orig.device_type
+        )
+        for orig, evt in zip(events, cuda, strict=True)
+    ]
+
+
+def torch_key_averages(events: EventList) -> EventList:
+    """``events.key_averages()``, through ``torch_input`` where torch would raise."""
+    if torch_input(events) is events:
+        return events.key_averages()
+    averages = relabelled(events, DeviceType.XPU, DeviceType.CUDA)
+    averages._tree_built = True
+    return relabelled(averages.key_averages(), DeviceType.CUDA, DeviceType.XPU)
+
+
 def ours_and_torch(events: Any, **kwargs: Any) -> tuple[str, str]:
-    """Our table, then torch's (torch writes percent attributes onto events; we never read them)."""
-    ours = build_table(events, **kwargs)
-    theirs = _build_table(events, **kwargs)
+    """Our table, then torch's (torch writes percent attributes onto events; we never read them).
+
+    Before torch 2.9 its table has no ``time_unit``: torch must refuse it, and
+    the texts are compared without it.
+    """
+    ours = build_table(ours_input(events), **kwargs)
+    if "time_unit" in kwargs and not TORCH_TIME_UNIT:
+        with pytest.raises(TypeError, match="time_unit"):
+            _build_table(torch_input(events), **kwargs)
+        kwargs = {k: v for k, v in kwargs.items() if k != "time_unit"}
+        ours = build_table(ours_input(events), **kwargs)
+    theirs = _build_table(torch_input(events), **kwargs)
     return ours, theirs
 
 
@@ -204,7 +296,8 @@ def test_default_table_matches_torch_list_table(full_prof: torch.profiler.profil
 )
 def test_key_averages_match_torch(full_prof: torch.profiler.profile, options: dict[str, Any]) -> None:
     averages = full_prof.key_averages()
-    assert build_table(averages, **flags_of(averages), **options) == averages.table(**options)
+    table_options = table_method_options(options)
+    assert build_table(averages, **flags_of(averages), **table_options) == averages.table(**table_options)
     for flags in FLAG_SETS:
         assert_same(averages, **flags, **options)
 
@@ -214,6 +307,7 @@ def test_grouped_by_input_shape_matches_torch(
     full_prof: torch.profiler.profile, options: dict[str, Any]
 ) -> None:
     grouped = full_prof.key_averages(group_by_input_shape=True)
+    options = table_method_options(options)
     ours = build_table(grouped, **flags_of(grouped), **options)
     assert ours == grouped.table(**options)
     if options.get("row_limit", 100) != 0:
@@ -235,6 +329,8 @@ def test_raw_events_with_shapes_and_memory_match_torch(
     # torch crashes on the flops=None of these events with with_flops=True or sort_by="flops"
     # (difference 1): its oracle text comes from copies with 0 instead.
     fixed = without_none_flops(events)
+    if not TORCH_TIME_UNIT:  # torch < 2.9 (test_time_unit_works_on_every_release)
+        options = {k: v for k, v in options.items() if k != "time_unit"}
     for with_flops in (False, True):
         ours = build_table(events, profile_memory=True, with_flops=with_flops, **options)
         assert ours == _build_table(fixed, profile_memory=True, with_flops=with_flops, **options)
@@ -379,9 +475,21 @@ def kineto_device_events(use_device: str) -> EventList:
     return events
 
 
+def with_units_before_2_8(text: str) -> str:
+    """The golden text as torch before 2.8 prints it (``Kb``, ``b``: same widths)."""
+    return re.sub(r"(\d) B(?= )", r"\1 b", text.replace(" KB ", " Kb "))
+
+
 def test_legacy_cuda_table_matches_golden_text() -> None:
     events = legacy_device_events("cuda")
-    assert build_table(events, **flags_of(events)) == LEGACY_CUDA_TABLE
+    golden = LEGACY_CUDA_TABLE if RULES.memory_units[0] == "GB" else with_units_before_2_8(LEGACY_CUDA_TABLE)
+    assert build_table(events, **flags_of(events)) == golden
+    assert _build_table(events, **flags_of(events)) == golden
+    for minor, text in ((7, with_units_before_2_8(LEGACY_CUDA_TABLE)), (8, LEGACY_CUDA_TABLE)):
+        assert build_table(events, **flags_of(events), rules=PostProcessingRules.for_torch(2, minor)) == text
+    assert "4.00 Kb" in with_units_before_2_8(LEGACY_CUDA_TABLE) and " 0 b " in with_units_before_2_8(
+        LEGACY_CUDA_TABLE
+    )
     header_line, rule = LEGACY_CUDA_TABLE.splitlines()[1], LEGACY_CUDA_TABLE.splitlines()[0]
     assert len(header_line) == len(rule) + 2  # "CUDA time avg" and "Self CUDA Mem" overflow by one each
 
@@ -394,7 +502,43 @@ def test_device_events_match_torch(use_device: str, builder: Any, options: dict[
     for flags in FLAG_SETS:
         ours = assert_same(events, **flags, **options)
         assert f"Self {use_device.upper()} time total: " in ours
-    assert_same(events.key_averages(), **flags_of(events), **options)
+    assert_same(torch_key_averages(events), **flags_of(events), **options)
+
+
+def test_xpu_device_time_before_2_11_is_not_torchs_assertion() -> None:
+    events = kineto_device_events("xpu")
+    ours = build_table(ours_input(events))
+    assert ours.endswith("Self XPU time total: 30.000us\n")
+    if XPU_AS_TORCH:
+        assert _build_table(events) == ours
+    else:
+        with pytest.raises(AssertionError):
+            _build_table(events)
+        assert _build_table(relabelled(events, DeviceType.XPU, DeviceType.CUDA)) == ours
+
+
+def test_no_overload_column_before_2_7() -> None:
+    events = [synthetic_avg("aten::add", overload_name="Tensor"), synthetic_avg("aten::mm", overload_name="")]
+    assert "Overload Name" not in build_table(events, rules=PostProcessingRules.for_torch(2, 6))
+    assert "Overload Name" in build_table(events, rules=PostProcessingRules.for_torch(2, 7))
+    assert build_table(events) == _build_table(events)  # torch 2.6 ignores the attribute too
+    assert ("Overload Name" in build_table(events)) == RULES.overload_names
+
+
+def test_time_unit_works_on_every_release(plain_prof: torch.profiler.profile) -> None:
+    averages = plain_prof.key_averages()
+    ours = build_table(averages, time_unit="ms")
+    assert "Self CPU time total: " in ours and ours.splitlines()[-1].endswith("ms")
+    if TORCH_TIME_UNIT:
+        assert _build_table(averages, time_unit="ms") == ours
+    else:
+        with pytest.raises(TypeError, match="time_unit"):
+            _build_table(averages, time_unit="ms")
+
+
+def test_rules_must_be_rules(plain_prof: torch.profiler.profile) -> None:
+    with pytest.raises(TypeError, match="PostProcessingRules"):
+        build_table(plain_prof.key_averages(), rules="2.6")  # type: ignore[arg-type]
 
 
 def test_xpu_headers_and_footer() -> None:
@@ -545,7 +689,8 @@ def test_difference_3_every_documented_key_sorts(plain_prof: torch.profiler.prof
 
 def test_difference_3_bad_time_unit(plain_prof: torch.profiler.profile) -> None:
     averages = plain_prof.key_averages()
-    assert averages.table(time_unit="min") == averages.table()  # torch ignores it silently
+    if TORCH_TIME_UNIT:
+        assert averages.table(time_unit="min") == averages.table()  # torch ignores it silently
     with pytest.raises(ValueError, match=r"time_unit='min'.*'s', 'ms', 'us'"):
         build_table(averages, time_unit="min")
     with pytest.raises(ValueError, match="time_unit"):
@@ -732,7 +877,8 @@ def record_lists(draw: st.DrawFn) -> tuple[list[FunctionEventAvg], dict[str, Any
         "sort_by": draw(st.one_of(st.none(), st.sampled_from(VALID_SORT_KEYS))),
         "row_limit": draw(st.sampled_from([-1, 0, 1, 3, 100])),
         "header": draw(st.sampled_from([None, "", "HEADER"])),
-        "time_unit": draw(st.sampled_from([None, "s", "ms", "us"])),
+        # torch's table takes time_unit from 2.9 (test_time_unit_works_on_every_release)
+        "time_unit": draw(st.sampled_from([None, "s", "ms", "us"] if TORCH_TIME_UNIT else [None])),
         "top_level_events_only": draw(st.booleans()),
         "max_name_column_width": draw(st.sampled_from([None, 8, 12, 30, 55])),
         "max_shapes_column_width": draw(st.sampled_from([None, 6, 80])),
@@ -781,10 +927,11 @@ def outcome(render: Any, events: list[Any], options: dict[str, Any]) -> tuple[st
 @given(record_lists())
 def test_random_records_match_torch(case: tuple[list[FunctionEventAvg], dict[str, Any]]) -> None:
     records, options = case
+    options = table_method_options(options)  # time_unit is always None before torch 2.9 here
     # our input: plain namespaces with the same attributes (no torch class, no *_str helpers)
     plain = [types.SimpleNamespace(**{name: getattr(avg, name) for name in RECORD_FIELDS}) for avg in records]
     ours = outcome(build_table, plain, options)
-    theirs = outcome(_build_table, records, options)
+    theirs = outcome(_build_table, torch_input(records), options)
     if theirs[0] == "error":
         assert ours[0] == "error", f"torch raised {theirs[1]!r}, we returned text"
         assert isinstance(ours[1], type(theirs[1]))

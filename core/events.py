@@ -124,6 +124,17 @@ FIELDS: dict[str, Field] = {
         True,
         'extra Chrome trace args as an interned JSON object body, e.g. \'"Input Dims": [[2, 3]], "Ev Idx": 4\'',
     ),
+    # torch's _KinetoEvent values that only FunctionEvent attributes read (intern_structured_column)
+    "concrete_inputs": Field("int32", -1, True, "scalar input values (interned list; record_shapes)"),
+    "kwinputs": Field("int32", -1, True, "keyword inputs (interned dict; record_shapes)"),
+    "input_dtypes": Field("int32", -1, True, "input dtype names (interned list of str; record_shapes)"),
+    "structured_input_shapes": Field("int32", -1, True, "input shapes, TensorLists nested (interned list)"),
+    "structured_input_strides": Field("int32", -1, True, "input strides, TensorLists nested (interned list)"),
+    "metadata_json": Field("int32", -1, True, "Kineto's metadata text of the event (interned str)"),
+    "extra_meta": Field("int32", -1, True, "Kineto's metadata as str -> str (interned dict)"),
+    "typed_metadata": Field("int32", -1, True, "Kineto's typed metadata (interned dict)"),
+    "activity_type": Field("int32", -1, True, "Kineto's activity type name, e.g. 'cpu_op' (interned str)"),
+    "python_module_id": Field("int64", -1, doc="python_function events: nn.Module id, else -1"),
 }
 
 REQUIRED_FIELDS = ("kind", "name", "start_ns", "dur_ns")
@@ -146,6 +157,31 @@ def intern_column(values: Iterable[Any], *, empty: Any = None) -> tuple[np.ndarr
         idx = lookup.get(value)
         if idx is None:
             idx = lookup[value] = len(table)
+            table.append(value)
+        append(idx)
+    return np.asarray(indices, dtype=np.int32), tuple(table)
+
+
+def intern_structured_column(values: Iterable[Any]) -> tuple[np.ndarray, tuple]:
+    """Intern values that may be unhashable (lists, dicts): returns ``(indices, table)``.
+
+    Values are told apart by their ``repr``, which keeps ``1``, ``1.0`` and
+    ``True`` apart where equality would merge them. Empty values (``[]``,
+    ``{}``, ``""``, None) get index -1. The table holds the first value seen
+    of each kind; readers copy it before handing it out.
+    """
+    lookup: dict[str, int] = {}
+    table: list[Any] = []
+    indices = []
+    append = indices.append
+    for value in values:
+        if not value:
+            append(-1)
+            continue
+        key = repr(value)
+        idx = lookup.get(key)
+        if idx is None:
+            idx = lookup[key] = len(table)
             table.append(value)
         append(idx)
     return np.asarray(indices, dtype=np.int32), tuple(table)

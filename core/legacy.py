@@ -379,4 +379,4 @@ def _legacy_event_list(results: Any) -> Any:
         memory = tree.synthetic & (tree.key == tree.keys.index(MEMORY_EVENT_NAME))
         if memory.any():
             rows = np.concatenate([np.flatnonzero(memory), np.flatnonzero(~memory)])
-    return EventList.of_tree(tree, rows, profile_memory=config.profile_memory, with_flops=config.with_flops)
+    return EventList._of_tree(tree, rows, profile_memory=config.profile_memory, with_flops=config.with_flops)

@@ -1,17 +1,24 @@
 """The result objects users see: torch's ``FunctionEvent``, ``FunctionEventAvg`` and ``EventList``.
 
-They carry torch 2.13's attribute names and behaviour, so code written for
-``prof.events()`` / ``prof.key_averages()`` runs unchanged, and
-``table()`` prints torch's text. Differences in how they are made:
+They carry the installed torch's attribute names and behaviour
+(``TorchEventSurface``, asked of torch's own classes: an attribute that
+release lacks does not exist here either, and where torch warns on reading
+one, so does polyprof), so code written for ``prof.events()`` /
+``prof.key_averages()`` runs unchanged, and ``table()`` prints torch's text.
+Differences in how they are made:
 
 * ``FunctionEvent`` is a *view* of one row of an ``EventTree`` (the columnar
   result of ``polyprof.tree``): made when asked for, then kept, so
   ``evt.cpu_parent is parent`` holds and a 200k-event list costs nothing until
   it is iterated. Its attributes are read-only, except the three that torch's
   table code writes (``self_cpu_percent``, ``total_cpu_percent``,
-  ``total_device_percent``). torch's per-argument details polyprof does not
-  record (``concrete_inputs``, ``kwinputs``, ``structured_input_*``,
-  ``input_dtypes``, ``event_metadata``) are absent.
+  ``total_device_percent``) and what torch's ``append_kernel``,
+  ``append_cpu_child`` and ``set_cpu_parent`` change (the event's own times
+  follow; its parents' precomputed totals do not). torch's per-argument
+  details (``concrete_inputs``, ``kwinputs``, ``input_dtypes``,
+  ``structured_input_*``) and Kineto's metadata are the values the tracer
+  decoded from torch's ``_KinetoEvent``; lists and dicts are copied on each
+  read, as each torch event has its own.
 * ``EventList`` is a mutable sequence. While it still mirrors tree rows it
   answers ``key_averages``, ``total_average``, ``self_cpu_time_total`` and
   ``export_stacks`` with vectorized code; after arbitrary edits it falls back
@@ -27,6 +34,7 @@ and ``use_device``.
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import sys
@@ -34,16 +42,23 @@ import threading
 import warnings
 import weakref
 from collections import namedtuple
-from collections.abc import Iterable, Iterator, Mapping, MutableSequence, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableSequence, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
 
 from polyprof._log import get_logger
-from polyprof.events import DeviceType, EventKind, concat
+from polyprof.events import FIELDS, DeviceType, EventKind, concat
 from polyprof.table import format_time
-from polyprof.tree import LAZY_COLUMNS, EventTree, python_sum_by_segment, remember_tree, tree_for
+from polyprof.tree import (
+    LAZY_COLUMNS,
+    EventTree,
+    post_processing_rules,
+    python_sum_by_segment,
+    remember_tree,
+    tree_for,
+)
 
 if TYPE_CHECKING:
     from polyprof.components import Aggregator
@@ -98,6 +113,112 @@ def _device_type(value: int) -> Any:
 
 def _deprecated(old: str, new: str) -> None:
     warnings.warn(f"`{old}` is deprecated. Use `{new}` instead.", FutureWarning, stacklevel=3)
+
+
+# ------------------------------------------------------- the installed torch's surface
+
+
+@attrs.frozen
+class TorchEventSurface:
+    """The public names of the installed torch's ``FunctionEvent`` and ``FunctionEventAvg``.
+
+    Asked of torch's own classes (``probe_torch_event_surface``): a
+    ``FunctionEvent`` made by torch, and a ``FunctionEventAvg`` after one
+    ``add``. polyprof's objects have the attributes torch's have and no
+    others, and warn where torch's warn. Without torch (reading a saved trace)
+    every attribute of every supported release exists and none warns beyond
+    the ``cuda`` aliases.
+    """
+
+    #: The torch version asked, or None without torch.
+    torch_version: str | None
+    #: Public names of a torch ``FunctionEvent``; None: no torch, every name.
+    event: frozenset[str] | None
+    #: Public names of a torch ``FunctionEventAvg`` after ``add``; None: every name.
+    average: frozenset[str] | None
+    #: Attributes whose reading warns in torch: name -> (warning class, message).
+    deprecated: Mapping[str, tuple[type[Warning], str]] = attrs.field(factory=dict)
+    #: Parameter names of torch's ``EventList.key_averages``; None: every one polyprof knows.
+    key_averages_params: frozenset[str] | None = None
+    #: torch's ``_build_metadata`` (``extra_meta`` dict -> ``EventMetadata``), where it has one.
+    build_metadata: Callable[[dict], Any] | None = None
+
+    def event_has(self, name: str) -> bool:
+        return self.event is None or name in self.event
+
+    def average_has(self, name: str) -> bool:
+        return self.average is None or name in self.average
+
+    def key_averages_takes(self, name: str) -> bool:
+        return self.key_averages_params is None or name in self.key_averages_params
+
+
+_NO_TORCH_SURFACE = TorchEventSurface(torch_version=None, event=None, average=None)
+
+
+def probe_torch_event_surface() -> TorchEventSurface:
+    """Ask the installed torch's ``profiler_util`` for its events' public names (imports torch)."""
+    import inspect
+
+    import torch
+    from torch.autograd import profiler_util
+
+    event = profiler_util.FunctionEvent(id=0, name="probe", thread=0, start_us=0, end_us=0)
+    average = profiler_util.FunctionEventAvg()
+    average.add(event)
+    event_names = frozenset(n for n in dir(event) if not n.startswith("_"))
+    deprecated: dict[str, tuple[type[Warning], str]] = {}
+    for name in sorted(event_names):
+        if not isinstance(inspect.getattr_static(event, name, None), property):
+            continue
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                getattr(event, name)
+            except Exception:  # noqa: BLE001 - a bare probe event's property may fail; warnings count
+                continue
+        if caught:
+            deprecated[name] = (caught[0].category, str(caught[0].message))
+    return TorchEventSurface(
+        torch_version=str(torch.__version__),
+        event=event_names,
+        average=frozenset(n for n in dir(average) if not n.startswith("_")),
+        deprecated=deprecated,
+        key_averages_params=frozenset(inspect.signature(profiler_util.EventList.key_averages).parameters)
+        - {"self"},
+        build_metadata=getattr(profiler_util, "_build_metadata", None),
+    )
+
+
+_surface: TorchEventSurface | None = None
+
+
+def torch_event_surface() -> TorchEventSurface:
+    """The installed torch's surface once torch is imported (asked once), else every name.
+
+    torch is never imported here: a program reading saved traces does not pay
+    its import, and gets every attribute.
+    """
+    global _surface
+    if _surface is not None:
+        return _surface
+    if sys.modules.get("torch") is None:
+        return _NO_TORCH_SURFACE
+    try:
+        found = probe_torch_event_surface()
+    except (ImportError, AttributeError, TypeError) as exc:
+        log.warning("torch_event_surface_unreadable", error=repr(exc), using="every attribute")
+        found = _NO_TORCH_SURFACE
+    _surface = found
+    return found
+
+
+def _no_attribute(owner: object, name: str) -> AttributeError:
+    version = torch_event_surface().torch_version
+    return AttributeError(
+        f"{type(owner).__name__!r} object has no attribute {name!r} "
+        f"(the installed torch {version}'s {type(owner).__name__} has none)"
+    )
 
 
 class Interval:
@@ -211,6 +332,8 @@ class _EventStore:
             column, table_name, empty = _TABLE_COLUMNS[name]
             table = [*getattr(t, table_name), empty]  # index -1 reads the empty value
             return [table[i] for i in getattr(t, column).tolist()]
+        if name in _RAW_FIELDS:
+            return _raw_values(t, name)
         values = getattr(t, name).tolist()
         zero = _ZERO_WHERE.get(name)
         if zero is not None:  # torch returns the int 0 there, not 0.0
@@ -228,6 +351,83 @@ _TABLE_COLUMNS: dict[str, tuple[str, str, Any]] = {
 }
 
 
+#: Marks a row whose batch holds no value: the reader returns a fresh ``_RawField.empty``.
+_EMPTY: Any = object()
+#: Marks torch's synthetic ``[memory]`` rows: the reader returns ``_RawField.synthetic``.
+_SYNTHETIC: Any = object()
+
+
+@attrs.frozen
+class _RawField:
+    """A per-event value polyprof keeps as the tracer decoded it from torch's ``_KinetoEvent``."""
+
+    #: The value of an event that recorded none (torch's accessor returns it): ``[]``, ``{}``, ``""``.
+    empty: Any
+    #: torch's value on its synthetic ``[memory]`` / ``[OutOfMemory]`` rows (the constructor default).
+    synthetic: Any = None
+
+
+#: Batch field (polyprof.events.FIELDS) -> how torch fills the ``FunctionEvent`` attribute from it.
+_RAW_FIELDS: dict[str, _RawField] = {
+    "concrete_inputs": _RawField([]),
+    "kwinputs": _RawField({}),
+    "input_dtypes": _RawField([]),
+    "structured_input_shapes": _RawField([]),
+    "structured_input_strides": _RawField([]),
+    "metadata_json": _RawField(""),
+    "extra_meta": _RawField({}),
+    "typed_metadata": _RawField({}),
+    "activity_type": _RawField(None),
+    "python_module_id": _RawField(-1, -1),
+}
+
+#: ``activity_type`` of rows whose tracer did not record torch's (Kineto's ActivityType names).
+_ACTIVITY_OF_KIND = {
+    EventKind.CPU_OP: "cpu_op",
+    EventKind.USER_ANNOTATION: "user_annotation",
+    EventKind.PYTHON_FUNCTION: "python_function",
+    EventKind.MEMORY: "cpu_instant_event",
+    EventKind.OUT_OF_MEMORY: "cpu_instant_event",
+    EventKind.KERNEL: "kernel",
+    EventKind.GPU_MEMCPY: "gpu_memcpy",
+    EventKind.GPU_MEMSET: "gpu_memset",
+    EventKind.GPU_USER_ANNOTATION: "gpu_user_annotation",
+    EventKind.OVERHEAD: "overhead",
+}
+_RUNTIME_ACTIVITY = {"cuda": ("cuda_runtime", "cuda_driver"), "xpu": ("xpu_runtime", "xpu_driver")}
+
+
+def _derived_activity_types(tree: EventTree) -> list[Any]:
+    default = ("privateuse1_runtime", "privateuse1_driver")
+    runtime, driver = _RUNTIME_ACTIVITY.get(tree.use_device or "", default)
+    by_kind = {
+        **_ACTIVITY_OF_KIND,
+        EventKind.RUNTIME: runtime,
+        EventKind.DRIVER: driver,
+        EventKind.SYNC: "cuda_sync",
+    }
+    return [by_kind.get(k) for k in tree.kind.tolist()]
+
+
+def _raw_values(tree: EventTree, field: str) -> list[Any]:
+    """Per row of ``tree``: the decoded value of ``field``, or ``_EMPTY`` / ``_SYNTHETIC``."""
+    if tree.parts:
+        return [v for part in tree.parts for v in _raw_values(part, field)]
+    batch = tree.batch
+    synthetic = tree.synthetic.tolist()
+    if batch is None or not batch.has(field):
+        if field == "activity_type":
+            values = _derived_activity_types(tree)
+        else:
+            values = [_EMPTY] * len(tree)
+    elif FIELDS[field].interned:
+        table = [*batch.table(field), _EMPTY]  # index -1 reads _EMPTY
+        values = [table[i] for i in batch[field][tree.source].tolist()]
+    else:
+        values = batch[field][tree.source].tolist()
+    return [_SYNTHETIC if syn else v for v, syn in zip(values, synthetic, strict=True)]
+
+
 def _not_on_cpu(t: EventTree) -> np.ndarray:
     return t.device_type != DeviceType.CPU
 
@@ -237,8 +437,28 @@ def _without_self_metrics(t: EventTree) -> np.ndarray:
 
 
 def _without_device_time(t: EventTree) -> np.ndarray:
-    return t.is_async | (not t.use_device)
+    """Rows whose device times torch computes as the int 0.
 
+    Async rows and every row without ``use_device``; and CPU rows with no
+    kernel anywhere below them: torch adds ``sum([])`` of kernels to the
+    children's int zeros, which stays an int.
+    """
+    n = len(t)
+    if not t.use_device:
+        return np.ones(n, dtype=bool)
+    launches = (np.diff(t.kernel_indptr) > 0) & ~t.is_async
+    current = np.flatnonzero(launches)
+    while len(current):  # one level of ancestors per pass
+        up = t.parent[current]
+        up = up[(up >= 0)]
+        up = np.unique(up[~launches[up] & ~t.is_async[up]])
+        launches[up] = True
+        current = up
+    return t.is_async | ((t.device_type == DeviceType.CPU) & ~launches)
+
+
+#: Sums that torch's ``FunctionEventAvg`` starts at the int 0.
+_FLOAT_SUMS = ("cpu_time_total", "self_cpu_time_total", "device_time_total", "self_device_time_total")
 
 #: Rows where torch's property returns the int 0.
 _ZERO_WHERE = {
@@ -271,28 +491,84 @@ def _column(name: str, doc: str = "") -> property:
     return property(get, doc=doc or f"torch's ``FunctionEvent.{name}``.")
 
 
+def _versioned(name: str, getter: Callable[[FunctionEvent], Any], doc: str) -> property:
+    """An attribute that exists only where the installed torch's ``FunctionEvent`` has it.
+
+    Elsewhere reading it raises ``AttributeError`` (so ``hasattr`` agrees with
+    torch's); where torch's warns on reading (deprecated), this warns the same.
+    """
+
+    def get(self: FunctionEvent) -> Any:
+        surface = torch_event_surface()
+        if not surface.event_has(name):
+            raise _no_attribute(self, name)
+        warning = surface.deprecated.get(name)
+        if warning is not None:
+            warnings.warn(warning[1], warning[0], stacklevel=2)
+        return getter(self)
+
+    return property(get, doc=doc)
+
+
+def _versioned_column(name: str, doc: str = "") -> property:
+    return _versioned(
+        name, lambda self: self._store.values(name)[self._row], doc or f"torch's ``FunctionEvent.{name}``."
+    )
+
+
+def _thawed(value: Any) -> Any:
+    """A copy the caller may change: one decoded value is shared by every event that recorded it."""
+    return copy.deepcopy(value) if isinstance(value, (list, dict)) and value else copy.copy(value)
+
+
+def _raw_reader(field: str) -> Callable[[FunctionEvent], Any]:
+    spec = _RAW_FIELDS[field]
+
+    def read(self: FunctionEvent) -> Any:
+        value = self._store.values(field)[self._row]
+        if value is _SYNTHETIC:
+            return spec.synthetic
+        return _thawed(spec.empty if value is _EMPTY else value)
+
+    return read
+
+
+def _raw(field: str, doc: str, *, attribute: str | None = None) -> property:
+    """A raw ``_KinetoEvent`` value as torch's attribute ``attribute`` (default: ``field``)."""
+    return _versioned(attribute or field, _raw_reader(field), doc)
+
+
 class FunctionEvent(FormattedTimesMixin):
     """One profiled event, as torch's ``FunctionEvent`` (a view of one tree row).
 
     Times are µs relative to the start of the recording, computed exactly as
     torch computes them, so ``cpu_time_total`` and ``self_cpu_time_total`` are
-    the same floats torch reports for the same raw result.
+    the same floats torch reports for the same raw result. The attributes are
+    those of the installed torch's ``FunctionEvent`` (``TorchEventSurface``):
+    one that release lacks raises ``AttributeError`` and is left out of ``dir``.
     """
 
-    __slots__ = ("_row", "_store", "self_cpu_percent", "total_cpu_percent", "total_device_percent")
+    __slots__ = ("_edits", "_row", "_store", "self_cpu_percent", "total_cpu_percent", "total_device_percent")
 
     def __init__(self, store: _EventStore, row: int) -> None:
         self._store = store
         self._row = row
+        #: What ``append_kernel`` / ``append_cpu_child`` / ``set_cpu_parent`` changed, if anything.
+        self._edits: dict[str, Any] | None = None
         self.self_cpu_percent: Any = -1
         self.total_cpu_percent: Any = -1
         self.total_device_percent: Any = -1
+
+    def __dir__(self) -> list[str]:
+        surface = torch_event_surface()
+        hidden = {n for n in _VERSIONED_NAMES if not surface.event_has(n)}
+        return sorted(set(super().__dir__()) - hidden)
 
     id = _column("event_id", "The event's correlation id (torch's ``FunctionEvent.id``).")
     name = _column("name", "The name, ``ProfilerStep#N`` folded to ``ProfilerStep*``.")
     key = _column("name", "The grouping key: the name.")
     trace_name = _column("trace_name", "The name as written to traces (None for memory rows).")
-    overload_name = _column("overload_name")
+    overload_name = _versioned_column("overload_name", "The operator's overload name (torch 2.7+).")
     thread = _column("thread", "torch's sequential thread id.")
     fwd_thread = _column("fwd_thread")
     scope = _column("scope", "torch's RecordScope value (1: backward function).")
@@ -301,20 +577,43 @@ class FunctionEvent(FormattedTimesMixin):
     device_resource_id = _column("device_resource_id")
     is_async = _column("is_async")
     is_user_annotation = _column("is_user_annotation")
-    external_id = _column("external_id")
-    linked_correlation_id = _column("linked_correlation_id")
-    python_id = _column("python_id")
-    python_parent_id = _column("python_parent_id")
-    cpu_time_total = _column("cpu_time_total", "Elapsed µs on the CPU (0 for device work).")
-    self_cpu_time_total = _column(
-        "self_cpu_time_total", "CPU µs minus the children's (0 for async/device rows)."
+    external_id = _versioned_column("external_id", "Kineto's External id (torch 2.12+).")
+    linked_correlation_id = _versioned_column(
+        "linked_correlation_id", "Id of the CPU op that launched this device activity (torch 2.12+)."
     )
-    device_time_total = _column("device_time_total", "Device µs of this op's kernels and its children's.")
-    self_device_time_total = _column("self_device_time_total", "Device µs of this op's own kernels.")
+    python_id = _versioned_column("python_id", "Id of a python_function event, else -1 (torch 2.12+).")
+    python_parent_id = _versioned_column("python_parent_id", "Its caller's python_id, else -1 (torch 2.12+).")
+    python_module_id = _raw("python_module_id", "Id of the nn.Module a python_function event ran, else -1.")
     cpu_memory_usage = _column("cpu_memory_usage")
     device_memory_usage = _column("device_memory_usage")
-    self_cpu_memory_usage = _column("self_cpu_memory_usage")
-    self_device_memory_usage = _column("self_device_memory_usage")
+
+    concrete_inputs = _raw("concrete_inputs", "Scalar values of the op's inputs (record_shapes).")
+    kwinputs = _raw("kwinputs", "Keyword inputs (record_shapes).")
+    input_dtypes = _raw("input_dtypes", "Input dtypes, one string per input (torch 2.12+).")
+    structured_input_shapes = _raw(
+        "structured_input_shapes", "Input shapes with a list of shapes per TensorList input (torch 2.12+)."
+    )
+    structured_input_strides = _raw(
+        "structured_input_strides", "Input strides, shaped as ``structured_input_shapes`` (torch 2.12+)."
+    )
+    activity_type = _raw("activity_type", "Kineto's activity type: ``cpu_op``, ``kernel``, ... (2.12+).")
+    metadata_json = _raw("metadata_json", "Kineto's metadata text of the event (torch 2.10 to 2.14).")
+
+    @property
+    def _extra_meta(self) -> dict | None:
+        value = _raw_reader("extra_meta")(self)
+        return value or None
+
+    event_metadata = _versioned(
+        "event_metadata",
+        lambda self: _event_metadata(self._extra_meta),
+        "Kineto's metadata as torch's ``EventMetadata`` (torch 2.12+), or None.",
+    )
+    metadata = _versioned(
+        "metadata",
+        lambda self: _raw_reader("typed_metadata")(self) or None,
+        "Kineto's typed metadata (torch 2.14+; needs ``expose_kineto_event_metadata``), or None.",
+    )
 
     node_id = property(lambda self: -1, doc="Always -1 (no RPC nodes).")
     count = property(lambda self: 1, doc="Always 1.")
@@ -335,9 +634,11 @@ class FunctionEvent(FormattedTimesMixin):
         """torch's ``DeviceType`` member (polyprof's when torch is not installed)."""
         return _device_type(self._store.values("device_type")[self._row])
 
-    @property
-    def is_python_function(self) -> bool:
-        return self._store.values("kind")[self._row] == EventKind.PYTHON_FUNCTION
+    is_python_function = _versioned(
+        "is_python_function",
+        lambda self: self._store.values("kind")[self._row] == EventKind.PYTHON_FUNCTION,
+        "True for the Python tracer's events (with_stack; torch 2.12+).",
+    )
 
     @property
     def flops(self) -> int | None:
@@ -360,33 +661,41 @@ class FunctionEvent(FormattedTimesMixin):
             return None  # torch's memory rows have no flow fields
         return self._store.values(name)[self._row]
 
-    @property
-    def flow_id(self) -> int | None:
-        """Chrome flow id (None for synthetic memory rows, as in torch)."""
-        return self._flow("flow_id")
-
-    @property
-    def flow_type(self) -> int | None:
-        return self._flow("flow_type")
-
-    @property
-    def flow_start(self) -> bool | None:
-        return self._flow("flow_start")
+    flow_id = _versioned(
+        "flow_id", lambda self: self._flow("flow_id"), "Chrome flow id (None for memory rows; torch 2.12+)."
+    )
+    flow_type = _versioned("flow_type", lambda self: self._flow("flow_type"), "Chrome flow type (2.12+).")
+    flow_start = _versioned(
+        "flow_start", lambda self: self._flow("flow_start"), "Whether this event starts its flow (2.12+)."
+    )
 
     # -------------------------------------------------------- relations
 
+    def _edited(self, name: str) -> Any:
+        edits = self._edits
+        return _UNSET if edits is None else edits.get(name, _UNSET)
+
     @property
     def cpu_parent(self) -> FunctionEvent | None:
+        edited = self._edited("cpu_parent")
+        if edited is not _UNSET:
+            return edited
         parent = self._store.values("parent")[self._row]
         return None if parent < 0 else self._store.view(parent)
 
     @property
     def cpu_children(self) -> list[FunctionEvent]:
+        edited = self._edited("cpu_children")
+        if edited is not _UNSET:
+            return list(edited)
         return self._store.views(self._store.tree.children_of(self._row).tolist())
 
     @property
     def kernels(self) -> list[Kernel]:
         """Device work this op launched: ``Kernel(name, device, duration_us)``."""
+        edited = self._edited("kernels")
+        if edited is not _UNSET:
+            return list(edited)
         store = self._store
         rows = store.tree.kernels_of(self._row).tolist()
         if not rows:
@@ -394,6 +703,94 @@ class FunctionEvent(FormattedTimesMixin):
         names, devices = store.values("name"), store.values("device_index")
         start, end = store.values("start_us"), store.values("end_us")
         return [Kernel(names[r], devices[r], end[r] - start[r]) for r in rows]
+
+    def _require_cpu(self, what: str, other: Any = None) -> None:
+        # torch's checks (its AssertionError), before anything changes
+        if self.device_type != _device_type(int(DeviceType.CPU)):
+            raise AssertionError(f"Expected device_type to be CPU to {what}, got {self.device_type}")
+        if other is not None:
+            if not isinstance(other, FunctionEvent):
+                raise AssertionError(f"Expected a FunctionEvent to {what}, got {type(other).__name__}")
+            if other.device_type != _device_type(int(DeviceType.CPU)):
+                raise AssertionError(f"Expected the event to {what} to be on CPU, got {other.device_type}")
+
+    def _edit(self, name: str, value: Any) -> None:
+        if self._edits is None:
+            self._edits = {}
+        self._edits[name] = value
+
+    def append_kernel(self, name: str, device: int, duration: float) -> None:
+        """Add a kernel this op launched (torch's method; its device times then count it)."""
+        self._require_cpu("append a kernel")
+        self._edit("kernels", [*self.kernels, Kernel(name, device, duration)])
+
+    def append_cpu_child(self, child: FunctionEvent) -> None:
+        """Add a direct CPU child (torch's method; self times then subtract it)."""
+        self._require_cpu("append a CPU child", child)
+        self._edit("cpu_children", [*self.cpu_children, child])
+
+    def set_cpu_parent(self, parent: FunctionEvent) -> None:
+        """Set the direct CPU parent (torch's method)."""
+        self._require_cpu("set a CPU parent", parent)
+        self._edit("cpu_parent", parent)
+
+    # -------------------------------------------------------- times and memory
+
+    def _is_cpu(self) -> bool:
+        return self._store.values("device_type")[self._row] == DeviceType.CPU
+
+    @property
+    def cpu_time_total(self) -> float:
+        """Elapsed µs on the CPU (0 for device work)."""
+        return self._store.values("cpu_time_total")[self._row]
+
+    @property
+    def self_cpu_time_total(self) -> float:
+        """CPU µs minus the children's (0 for async/device rows)."""
+        if self._edits is None or "cpu_children" not in self._edits:
+            return self._store.values("self_cpu_time_total")[self._row]
+        if self.is_async or not self._is_cpu():
+            return 0
+        return self.cpu_time_total - sum(child.cpu_time_total for child in self.cpu_children)
+
+    @property
+    def device_time_total(self) -> float:
+        """Device µs of this op's kernels and its children's."""
+        if self._edits is None or not {"cpu_children", "kernels"} & self._edits.keys():
+            return self._store.values("device_time_total")[self._row]
+        if self.is_async or not self.use_device:
+            return 0
+        if self._is_cpu():
+            kernels = sum(k.duration for k in self.kernels)
+            return kernels + sum(ch.device_time_total for ch in self.cpu_children)
+        return self.time_range.elapsed_us()
+
+    @property
+    def self_device_time_total(self) -> float:
+        """Device µs of this op's own kernels."""
+        if self._edits is None or not {"cpu_children", "kernels"} & self._edits.keys():
+            return self._store.values("self_device_time_total")[self._row]
+        if self.is_async or not self.use_device:
+            return 0
+        if self._is_cpu():
+            return self.device_time_total - sum(ch.device_time_total for ch in self.cpu_children)
+        return self.device_time_total
+
+    @property
+    def self_cpu_memory_usage(self) -> int:
+        if self._edits is None or "cpu_children" not in self._edits:
+            return self._store.values("self_cpu_memory_usage")[self._row]
+        if self.is_async or not self._is_cpu():
+            return 0
+        return self.cpu_memory_usage - sum(child.cpu_memory_usage for child in self.cpu_children)
+
+    @property
+    def self_device_memory_usage(self) -> int:
+        if self._edits is None or "cpu_children" not in self._edits:
+            return self._store.values("self_device_memory_usage")[self._row]
+        if self.is_async or not self._is_cpu():
+            return 0
+        return self.device_memory_usage - sum(child.device_memory_usage for child in self.cpu_children)
 
     # -------------------------------------------------------- deprecated
 
@@ -414,8 +811,12 @@ class FunctionEvent(FormattedTimesMixin):
 
     def __repr__(self) -> str:
         device_name = self.use_device
+        # torch 2.6's repr has no overload name (its events have none)
+        overload = (
+            f" overload_name={self.overload_name}" if torch_event_surface().event_has("overload_name") else ""
+        )
         return (
-            f"<FunctionEvent id={self.id} name={self.name} overload_name={self.overload_name} "
+            f"<FunctionEvent id={self.id} name={self.name}{overload} "
             f"device_type={self.device_type} node_id={self.node_id} cpu_time={self.cpu_time_str} "
             f"start_us={self.time_range.start} end_us={self.time_range.end} "
             f"cpu_children={[child.id for child in self.cpu_children]!s} "
@@ -425,6 +826,24 @@ class FunctionEvent(FormattedTimesMixin):
             f"is_async={self.is_async} is_remote={self.is_remote} seq_nr={self.sequence_nr} "
             f"is_legacy={self.is_legacy}>"
         )
+
+
+#: ``FunctionEvent`` attributes that not every supported torch has.
+_VERSIONED_NAMES = frozenset(
+    name
+    for name, value in vars(FunctionEvent).items()
+    if isinstance(value, property)
+    and value.fget is not None
+    and value.fget.__qualname__.startswith("_versioned")
+)
+
+
+def _event_metadata(extra_meta: dict | None) -> Any:
+    """torch's ``EventMetadata`` of Kineto's ``extra_meta`` dict, made by torch's own ``_build_metadata``."""
+    if not extra_meta:
+        return None
+    build = torch_event_surface().build_metadata
+    return extra_meta if build is None else build(extra_meta)
 
 
 # --------------------------------------------------------- FunctionEventAvg
@@ -462,7 +881,8 @@ class FunctionEventAvg(FormattedTimesMixin):
         self.self_cpu_time_total: float = 0
         self.self_device_time_total: float = 0
         self.input_shapes: Any = None
-        self.overload_name: str | None = None
+        if torch_event_surface().average_has("overload_name"):  # torch 2.7+
+            self.overload_name: str | None = None
         self.stack: list | None = None
         self._scope: Any = None
         self.cpu_memory_usage: int = 0
@@ -475,8 +895,7 @@ class FunctionEventAvg(FormattedTimesMixin):
         self.device_type: Any = _device_type(int(DeviceType.CPU))
         self.is_legacy: bool = False
         self.flops: int = 0
-        # torch sets this only in add(), so adding an empty average to another crashes there.
-        self.is_user_annotation: bool = False
+        # is_user_annotation is set by add(), as in torch: a fresh average has none.
 
     @property
     def scope(self) -> int | None:
@@ -530,14 +949,16 @@ class FunctionEventAvg(FormattedTimesMixin):
             self.is_remote = other.is_remote
             self.cpu_parent = other.cpu_parent
             self.cpu_children = other.cpu_children
-            self.overload_name = other.overload_name
+            if torch_event_surface().average_has("overload_name"):
+                self.overload_name = other.overload_name
             self.input_shapes = other.input_shapes
             self.stack = other.stack
             self.scope = other.scope
             self.device_type = other.device_type
             self.is_legacy = other.is_legacy
             self.use_device = other.use_device
-            self.is_user_annotation = other.is_user_annotation
+            # torch reads it unguarded and so cannot add an empty average; polyprof can
+            self.is_user_annotation = getattr(other, "is_user_annotation", False)
         if other.key != self.key:
             raise ValueError(f"cannot add an event with key {other.key!r} to the average of {self.key!r}")
         for name in _AVG_SUMMED:
@@ -577,8 +998,9 @@ def _average_of_row(store: _EventStore, row: int) -> FunctionEventAvg:
     avg.is_user_annotation = bool(tree.is_user_annotation[row])
     shapes = int(tree.input_shapes[row])
     avg.input_shapes = [] if shapes < 0 else [list(s) for s in tree.shapes[shapes]]
-    overload = int(tree.overload[row])
-    avg.overload_name = "" if overload < 0 else tree.overloads[overload]
+    if torch_event_surface().average_has("overload_name"):
+        overload = int(tree.overload[row])
+        avg.overload_name = "" if overload < 0 else tree.overloads[overload]
     stack = int(tree.stack[row])
     avg.stack = [] if stack < 0 else list(tree.stacks[stack])
     avg._first = (store, row)
@@ -596,6 +1018,15 @@ def wrap_key_averages(
     store = _store_for(tree)
     n_stack = summary.group_by_stack_n
     sums = {name: getattr(summary, name).tolist() for name in (*_AVG_SUMMED, "flops")}
+    considered = summary.group_of_row >= 0
+    groups = summary.group_of_row[considered]
+    for name in _FLOAT_SUMS:
+        # torch adds to an int 0: a group's sum stays an int while every value added is one
+        floats = ~_ZERO_WHERE[name](tree)[considered]
+        all_int = np.bincount(groups, weights=floats, minlength=len(summary)) == 0
+        values = sums[name]
+        for g in np.flatnonzero(all_int).tolist():
+            values[g] = 0
     averages = []
     for g, row in enumerate(summary.first_row.tolist()):
         avg = _average_of_row(store, row)
@@ -604,7 +1035,7 @@ def wrap_key_averages(
         # torch's key_averages blanks what it did not group by.
         if not summary.group_by_input_shape:
             avg.input_shapes = ""
-        if not summary.group_by_overload_name:
+        if not summary.group_by_overload_name and hasattr(avg, "overload_name"):
             avg.overload_name = ""
         avg.stack = avg.stack[:n_stack] if n_stack > 0 else []
         averages.append(avg)
@@ -614,6 +1045,23 @@ def wrap_key_averages(
 
 
 # ---------------------------------------------------------------- EventList
+
+#: Default of parameters that not every supported torch has: tells "not given" from any value.
+_NOT_GIVEN: Any = object()
+
+
+def _refuse_key_averages_arguments(method: str, **arguments: Any) -> None:
+    """TypeError for an argument given that the installed torch's ``method`` does not take."""
+    surface = torch_event_surface()
+    given = sorted(name for name, value in arguments.items() if value is not _NOT_GIVEN)
+    lacking = [name for name in given if not surface.key_averages_takes(name)]
+    if lacking:
+        valid = sorted(surface.key_averages_params or ())
+        raise TypeError(
+            f"{method}() got unexpected argument(s) {lacking}: the installed torch "
+            f"{surface.torch_version}'s takes {valid}"
+        )
+
 
 #: Views are made in chunks while iterating: one lock per chunk, little memory up front.
 _VIEW_CHUNK = 4096
@@ -651,7 +1099,7 @@ class EventList(MutableSequence):
         self._tree_built = True
 
     @classmethod
-    def of_tree(
+    def _of_tree(
         cls,
         tree: EventTree,
         rows: np.ndarray | None = None,
@@ -668,7 +1116,7 @@ class EventList(MutableSequence):
 
     def _derived(self, rows_or_items: Any) -> EventList:
         if self._store is not None and isinstance(rows_or_items, np.ndarray):
-            out = EventList.of_tree(
+            out = EventList._of_tree(
                 self._store.tree,
                 rows_or_items,
                 profile_memory=self._profile_memory,
@@ -744,6 +1192,10 @@ class EventList(MutableSequence):
     def clear(self) -> None:
         self._materialize().clear()
 
+    def copy(self) -> list[Any]:
+        """A shallow copy as a plain ``list`` (torch's ``EventList`` is a list; its ``copy`` gives one)."""
+        return list(self)
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (EventList, list)):
             return list(self) == list(other)
@@ -809,17 +1261,29 @@ class EventList(MutableSequence):
         self,
         group_by_input_shapes: bool = False,
         group_by_stack_n: int = 0,
-        group_by_overload_name: bool = False,
+        group_by_overload_name: bool = _NOT_GIVEN,
+        include_python_functions: bool = _NOT_GIVEN,
         *,
         group_by_input_shape: bool | None = None,
     ) -> EventList:
         """Events averaged by key, in first-seen order (torch's ``EventList.key_averages``).
 
         ``group_by_input_shape`` is accepted as a spelling of
-        ``group_by_input_shapes`` (``profile.key_averages`` uses it).
+        ``group_by_input_shapes`` (``profile.key_averages`` uses it). As in the
+        installed torch: ``group_by_overload_name`` exists from 2.7, and from
+        2.14 python_function events are left out unless ``include_python_functions``.
+
+        :raises TypeError: an argument the installed torch's ``key_averages`` does not take.
         """
         if group_by_input_shape is not None:
             group_by_input_shapes = group_by_input_shape
+        _refuse_key_averages_arguments(
+            "EventList.key_averages",
+            group_by_overload_name=group_by_overload_name,
+            include_python_functions=include_python_functions,
+        )
+        by_overload = bool(group_by_overload_name) if group_by_overload_name is not _NOT_GIVEN else False
+        include_python = None if include_python_functions is _NOT_GIVEN else bool(include_python_functions)
         if (
             isinstance(group_by_stack_n, bool)
             or not isinstance(group_by_stack_n, int)
@@ -836,18 +1300,25 @@ class EventList(MutableSequence):
                 rows=rows,
                 group_by_input_shape=bool(group_by_input_shapes),
                 group_by_stack_n=group_by_stack_n,
-                group_by_overload_name=bool(group_by_overload_name),
+                group_by_overload_name=by_overload,
+                include_python_functions=include_python,
             )
             return wrap_key_averages(
                 summary, profile_memory=self._profile_memory, with_flops=self._with_flops
             )
+        if include_python is None:
+            include_python = not post_processing_rules().key_averages_skips_python_functions
         return self._key_averages_of_objects(
-            bool(group_by_input_shapes), group_by_stack_n, bool(group_by_overload_name)
+            bool(group_by_input_shapes), group_by_stack_n, by_overload, include_python
         )
 
-    def _key_averages_of_objects(self, by_shapes: bool, stack_n: int, by_overload: bool) -> EventList:
+    def _key_averages_of_objects(
+        self, by_shapes: bool, stack_n: int, by_overload: bool, include_python: bool
+    ) -> EventList:
         stats: dict[tuple, FunctionEventAvg] = {}
         for evt in self:
+            if not include_python and getattr(evt, "is_python_function", False):
+                continue
             key = [
                 str(evt.key),
                 str(evt.node_id),
@@ -875,7 +1346,7 @@ class EventList(MutableSequence):
             avg.stack = (avg.stack or [])[:stack_n]
             if not by_shapes:
                 avg.input_shapes = ""
-            if not by_overload:
+            if not by_overload and hasattr(avg, "overload_name"):
                 avg.overload_name = ""
         return out
 
@@ -901,8 +1372,10 @@ class EventList(MutableSequence):
             return float(np.bincount(zeros, weights=values, minlength=1)[0])
 
         # The tree already holds 0 wherever torch's properties return 0.
-        for name in ("cpu_time_total", "self_cpu_time_total", "device_time_total", "self_device_time_total"):
-            setattr(total, name, sequential(getattr(tree, name)[rows]))
+        for name in _FLOAT_SUMS:
+            # torch adds to an int 0: the sum stays an int while every value added is one
+            all_int = bool(_ZERO_WHERE[name](tree)[rows].all())
+            setattr(total, name, 0 if all_int else sequential(getattr(tree, name)[rows]))
         for name in (
             "cpu_memory_usage",
             "device_memory_usage",
@@ -1003,7 +1476,7 @@ class ProfileResults:
     def events(self) -> EventList:
         """torch's ``prof.events()``: the same ``EventList`` object on every call."""
         if self._events is None:
-            self._events = EventList.of_tree(
+            self._events = EventList._of_tree(
                 self.tree(), profile_memory=self._config.profile_memory, with_flops=self._config.with_flops
             )
         return self._events
@@ -1051,17 +1524,27 @@ class ProfileResults:
         group_by_input_shape: bool = False,
         group_by_stack_n: int = 0,
         group_by_overload_name: bool = False,
+        include_python_functions: bool | None = None,
     ) -> EventList:
-        """torch's ``prof.key_averages()``, through the session's ``key_averages`` aggregator."""
+        """torch's ``prof.key_averages()``, through the session's ``key_averages`` aggregator.
+
+        :param include_python_functions: None: the installed torch's default (python_function
+            events are left out from torch 2.14, kept before).
+        """
         from polyprof.plugins.key_averages import KeyAverages, KeyAveragesSummary
 
         aggregator = (self.aggregators or {}).get("key_averages") or KeyAverages()
+        # Given only when asked, so aggregators written before the option keep working.
+        extra = {}
+        if include_python_functions is not None:
+            extra["include_python_functions"] = include_python_functions
         result = aggregator.aggregate(
             self.merged_trace(),
             use_device=self.use_device,
             group_by_input_shape=group_by_input_shape,
             group_by_stack_n=group_by_stack_n,
             group_by_overload_name=group_by_overload_name,
+            **extra,
         )
         if isinstance(result, KeyAveragesSummary):
             return wrap_key_averages(

@@ -6,7 +6,9 @@ str(input_shapes)][, stack[:n]])`` with ``np.unique`` over factorized
 columns; groups come out in first-seen order (torch's dict order) and their
 sums are ``np.bincount`` sums in row order, which adds exactly as torch's
 ``FunctionEventAvg.add`` does (``+=`` one event at a time from 0), so every
-float matches. Integer sums (memory, FLOPs) are exact int64 sums.
+float matches. Integer sums (memory, FLOPs) are exact int64 sums. From torch
+2.14 python_function rows are left out unless ``include_python_functions``
+(torch's own rule, followed for the installed torch).
 
 The result is a columnar ``KeyAveragesSummary``;
 ``polyprof.results.wrap_key_averages`` turns it into torch's list of
@@ -23,8 +25,9 @@ import numpy as np
 
 from polyprof._log import get_logger
 from polyprof.components import Aggregator, Capabilities
+from polyprof.events import EventKind
 from polyprof.hookspecs import hookimpl
-from polyprof.tree import EventTree, tree_for, use_device_for
+from polyprof.tree import EventTree, post_processing_rules, tree_for, use_device_for
 
 if TYPE_CHECKING:
     from polyprof.config import ProfileConfig
@@ -120,9 +123,12 @@ def summarize(
     group_by_input_shape: bool = False,
     group_by_stack_n: int = 0,
     group_by_overload_name: bool = False,
+    include_python_functions: bool | None = None,
 ) -> KeyAveragesSummary:
     """Group ``tree``'s rows (all, or ``rows`` in that order) as torch's ``key_averages``.
 
+    :param include_python_functions: whether python_function rows (``with_stack``) count;
+        None: the installed torch's default (left out from torch 2.14, counted before).
     :raises ValueError: ``group_by_stack_n`` is not an int >= 0, or ``rows`` is out of range.
     """
     if isinstance(group_by_stack_n, bool) or not isinstance(group_by_stack_n, (int, np.integer)):
@@ -133,6 +139,10 @@ def summarize(
     rows = np.arange(n, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
     if len(rows) and (rows.min() < 0 or rows.max() >= n):
         raise ValueError(f"rows must index the tree's {n} rows")
+    if include_python_functions is None:
+        include_python_functions = not post_processing_rules().key_averages_skips_python_functions
+    if not include_python_functions:
+        rows = rows[tree.kind[rows] != EventKind.PYTHON_FUNCTION]
     code = _group_codes(
         tree, rows, bool(group_by_input_shape), int(group_by_stack_n), bool(group_by_overload_name)
     )
@@ -185,16 +195,24 @@ class KeyAverages(Aggregator):
         group_by_input_shape: bool = False,
         group_by_stack_n: int = 0,
         group_by_overload_name: bool = False,
+        include_python_functions: bool | None = None,
         **options: Any,
     ) -> KeyAveragesSummary:
         """Group the trace's events; returns a ``KeyAveragesSummary``.
 
         :param use_device: torch's ``use_device``; by default derived from the
             trace's activities (CUDA > XPU > MTIA > HPU > PrivateUse1).
+        :param include_python_functions: None: the installed torch's default (see ``summarize``).
         :raises TypeError: an unknown option is given.
         """
         if options:
-            valid = ["use_device", "group_by_input_shape", "group_by_stack_n", "group_by_overload_name"]
+            valid = [
+                "use_device",
+                "group_by_input_shape",
+                "group_by_stack_n",
+                "group_by_overload_name",
+                "include_python_functions",
+            ]
             raise TypeError(f"unknown key_averages options {sorted(options)}; valid options: {valid}")
         if use_device is _DERIVE:
             use_device = use_device_for(trace.config)
@@ -203,6 +221,7 @@ class KeyAverages(Aggregator):
             group_by_input_shape=group_by_input_shape,
             group_by_stack_n=group_by_stack_n,
             group_by_overload_name=group_by_overload_name,
+            include_python_functions=include_python_functions,
         )
 
 

@@ -31,7 +31,7 @@ from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities, Tracer
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
-from polyprof.events import EventBatch, EventKind, intern_column
+from polyprof.events import EventBatch, EventKind, intern_column, intern_structured_column
 from polyprof.hookspecs import hookimpl
 from polyprof.session import user_stacklevel
 
@@ -278,6 +278,21 @@ AUTOGRAD_LINKS = (
     ("fwd_thread", "fwd_thread_id", "int64"),
     ("scope", "scope", "int8"),
 )
+#: Values only ``FunctionEvent`` attributes read (polyprof.results), deferred like the scalars and
+#: decoded where the installed torch has the accessor: (field, accessor, recorded only with shapes).
+DEFERRED_STRUCTURED = (
+    ("concrete_inputs", "concrete_inputs", True),
+    ("kwinputs", "kwinputs", True),
+    ("input_dtypes", "dtypes", True),
+    ("structured_input_shapes", "structured_input_shapes", True),
+    ("structured_input_strides", "structured_input_strides", True),
+    ("metadata_json", "metadata_json", False),
+    ("extra_meta", "extra_meta", False),
+    ("typed_metadata", "typed_metadata", False),
+    ("activity_type", "activity_type", False),
+)
+#: torch 2.12+: the nn.Module of a python_function event (-1 for the others).
+MODULE_ID = ("python_module_id", "python_module_id", "int64")
 
 
 class _DeferredDecoder:
@@ -287,10 +302,18 @@ class _DeferredDecoder:
     needs is in numpy columns, dropping it returns that memory.
     """
 
-    def __init__(self, result: Any, scalars: tuple, with_args: bool, keep: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        result: Any,
+        scalars: tuple,
+        with_args: bool,
+        keep: np.ndarray | None = None,
+        structured: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         self._result = result
         self._keep = keep
         self._scalars = scalars
+        self._structured = structured
         self._with_args = with_args
         self._lock = threading.Lock()
         self._columns: dict[str, tuple[np.ndarray, tuple | None]] | None = None
@@ -299,7 +322,11 @@ class _DeferredDecoder:
         return lambda: self._get(field)
 
     def fields(self) -> list[str]:
-        return [f for f, _, _ in self._scalars] + (["args"] if self._with_args else [])
+        return (
+            [f for f, _, _ in self._scalars]
+            + [f for f, _ in self._structured]
+            + (["args"] if self._with_args else [])
+        )
 
     def _get(self, field: str) -> tuple[np.ndarray, tuple | None]:
         with self._lock:
@@ -322,6 +349,8 @@ class _DeferredDecoder:
             columns: dict[str, tuple[np.ndarray, tuple | None]] = {
                 field: (_column(events, accessor, dtype), None) for field, accessor, dtype in self._scalars
             }
+            for field, accessor in self._structured:
+                columns[field] = intern_structured_column(map(_accessor(events, accessor), events))
             if self._with_args:
                 columns["args"] = intern_column(_trace_args_by_event(result, events))
         return columns
@@ -559,7 +588,15 @@ def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventB
         if own.any():
             keep = np.flatnonzero(~own)
             columns = {field: values[keep] for field, values in columns.items()}
-    deferred = _DeferredDecoder(result, deferred_scalars, with_args, keep)
+    features = torch_support.installed()
+    if features.has_accessor(MODULE_ID[1]):
+        deferred_scalars = (*deferred_scalars, MODULE_ID)
+    structured = tuple(
+        (field, accessor)
+        for field, accessor, with_shapes in DEFERRED_STRUCTURED
+        if features.has_accessor(accessor) and (config.record_shapes or config.with_flops or not with_shapes)
+    )
+    deferred = _DeferredDecoder(result, deferred_scalars, with_args, keep, structured)
     batch = EventBatch.build(SOURCE, columns, tables, {f: deferred.provider(f) for f in deferred.fields()})
     return batch, {"start_ns": int(result.trace_start_ns()), "notes": notes}
 

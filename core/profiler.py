@@ -136,7 +136,7 @@ def activity_rules() -> ActivityRules:
         from polyprof.torch_support import installed
 
         features = installed()
-    except ImportError:
+    except (ImportError, AttributeError):  # no torch, or one built without its profiler
         return ActivityRules(
             torch_version="2.13 (torch not installed)",
             dict_items=True,
@@ -660,8 +660,13 @@ class profile:  # noqa: N801 - torch's name
         group_by_input_shape: bool = False,
         group_by_stack_n: int = 0,
         group_by_overload_name: bool = False,
+        include_python_functions: bool | None = None,
     ) -> Any:
-        """Events averaged by name (and optionally shapes, stack, overload)."""
+        """Events averaged by name (and optionally shapes, stack, overload).
+
+        ``include_python_functions`` (torch 2.14+): None follows the installed torch, which
+        leaves python_function events out from 2.14 and keeps them before.
+        """
         self._refuse_if_trace_only()
         if not isinstance(group_by_stack_n, int) or group_by_stack_n < 0:
             raise ValueError(f"group_by_stack_n must be an int >= 0, got {group_by_stack_n!r}")
@@ -669,6 +674,7 @@ class profile:  # noqa: N801 - torch's name
             group_by_input_shape=group_by_input_shape,
             group_by_stack_n=group_by_stack_n,
             group_by_overload_name=group_by_overload_name,
+            include_python_functions=include_python_functions,
         )
 
     def export_chrome_trace(self, path: str | os.PathLike[str], use_python_export: bool = False) -> str:

@@ -213,7 +213,8 @@ class TorchProfile(_polyprof_profile):
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> TorchProfile:
-        _check_torch_arguments("torch", TorchProfile, args, kwargs)
+        if cls is TorchProfile:  # a subclass's own __init__ decides what it takes
+            _check_torch_arguments("torch", TorchProfile, args, kwargs)
         return super().__new__(cls)
 
 
@@ -268,7 +269,8 @@ class AutogradProfile(_polyprof_profile):
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> AutogradProfile:
-        _check_torch_arguments("autograd", AutogradProfile, args, kwargs)
+        if cls is AutogradProfile:  # a subclass's own __init__ decides what it takes
+            _check_torch_arguments("autograd", AutogradProfile, args, kwargs)
         return super().__new__(cls)
 
     def __init__(
@@ -422,7 +424,8 @@ _legacy_class: type | None = None
 
 
 def _legacy_new(cls: type, *args: Any, **kwargs: Any) -> Any:
-    _check_torch_arguments("legacy", _legacy_class or cls, args, kwargs)
+    if cls is _legacy_class:  # a subclass's own __init__ decides what it takes
+        _check_torch_arguments("legacy", cls, args, kwargs)
     return object.__new__(cls)
 
 

@@ -222,6 +222,11 @@ ACTIVITY_CASES = {
     "not iterable": PA.CPU,
     "a string as activities": "cpu",
 }
+if hasattr(tp.profiler, "ProfilerActivityConfig"):  # torch 2.15+
+    _Config = tp.profiler.ProfilerActivityConfig
+    ACTIVITY_CASES["activity config"] = [{PA.CPU: _Config(activity_types=["CPU_OP"])}]
+    ACTIVITY_CASES["activity config, all types"] = [{PA.CPU: _Config()}]
+    ACTIVITY_CASES["activity config, unknown type"] = [{PA.CPU: _Config(activity_types=["NOT_A_TYPE"])}]
 
 
 @pytest.mark.parametrize("case", list(ACTIVITY_CASES))
@@ -402,6 +407,17 @@ def test_shim_argument_check_follows_torch_while_installed() -> None:
         for name, value in TORCH_PROFILE_ARGS.items():
             ok = _construct(tp.profile, **{name: value}) == "ok"
             assert ok == (name in TORCH_PROFILE_PARAMS), name
+
+
+def test_subclasses_of_the_shims_take_their_own_arguments() -> None:
+    for shim_cls in (shim.TorchProfile, shim.AutogradProfile, shim.LegacyProfile):
+
+        class Custom(shim_cls):  # as a library subclassing torch's class while the shims are in place
+            def __init__(self, label: str, **kwargs: Any) -> None:
+                self.label = label
+                super().__init__(**kwargs)
+
+        assert Custom("mine").label == "mine"
 
 
 def test_negative_post_processing_timeout_refused_as_torch_refuses_it() -> None:

@@ -34,8 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "torch_oracle"
 VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?([a-z]+\d+)?(\+[\w.]+)?$")
-#: pip names every file:// index location that does not exist on this machine; pure noise.
-PIP_NOISE_RE = re.compile(r"^WARNING: Location 'file://.*' is ignored")
+#: pip names every file:// index location that does not exist on this machine, and every
+#: requirement a reused venv already has: noise. What it downloads and installs stays visible.
+PIP_NOISE_RE = re.compile(r"^(WARNING: Location 'file://.*' is ignored|Requirement already satisfied: )")
 #: What the venv reports about itself, printed as one JSON line.
 PROBE = """
 import json, sys
@@ -182,7 +183,8 @@ def run_version(version: str, args: argparse.Namespace, pytest_args: list[str]) 
                 "-m",
                 "pip",
                 "install",
-                "-q",
+                "--progress-bar",
+                "off",
                 "--disable-pip-version-check",
                 "--no-cache-dir",
                 f"torch=={version}",

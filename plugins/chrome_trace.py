@@ -21,9 +21,16 @@ event, and names, shapes and stacks are JSON-encoded once per unique value
 Memory: whole-trace work stays in numpy arrays; the per-event strings are
 built and written ``CHUNK_EVENTS`` events at a time.
 
-Unlike Kineto this writer escapes names properly (Kineto writes a ``"`` in a
-``record_function`` name as is, which makes its file unreadable) and keeps
-backslashes instead of turning them into ``/``.
+The layout follows the installed torch's writer (``KinetoLayout``: where the
+time keys and the process/thread metadata events go, key order, ``host_name``),
+and ops carry their overload (``aten::add.Tensor``) under
+``capture_overload_names``, as torch writes them.
+
+Unlike Kineto this writer keeps names as recorded, properly escaped: Kineto
+before torch 2.15 writes a ``"`` in a ``record_function`` name as is, which
+makes its file unreadable, and 2.15 rewrites it to ``'`` and backslashes to
+``/``. Kineto's CUDA builds on a machine without a GPU also add a top-level
+``"ERROR"`` list of their log lines (until 2.15); that is not written here.
 """
 
 from __future__ import annotations

@@ -49,12 +49,13 @@ FEATURES = installed()
 def _warm_profiler() -> None:
     """torch's first verbose profile names some Python frames from freed memory; warm it up once."""
     torch.set_num_threads(1)
+    _workload()  # imports what the workload needs before any profile names its frames
     with profile(
         activities=[ProfilerActivity.CPU],
         with_stack=True,
         experimental_config=_ExperimentalConfig(verbose=True),
     ) as prof:
-        torch.ones(2).add(1)
+        _workload()
     prof.events()
 
 
@@ -405,3 +406,15 @@ def test_without_torch_every_name_exists() -> None:
     every = TorchEventSurface(torch_version=None, event=None, average=None)
     assert every.event_has("metadata_json") and every.event_has("metadata")
     assert every.average_has("overload_name") and every.key_averages_takes("include_python_functions")
+
+
+def test_profile_frontend_key_averages_follows_the_python_function_rule() -> None:
+    import polyprof
+
+    with polyprof.profile(activities=[polyprof.ProfilerActivity.CPU], with_stack=True) as prof:
+        _workload()
+    is_python = lambda key: ".py(" in key or key.startswith(("nn.Module:", "<built-in"))  # noqa: E731
+    recorded = any(is_python(e.key) for e in prof.events())
+    averaged = any(is_python(e.key) for e in prof.key_averages())
+    assert averaged == (recorded and "include_python_functions" not in FEATURES_KEY_AVERAGES)
+    assert any(is_python(e.key) for e in prof.key_averages(include_python_functions=True)) == recorded

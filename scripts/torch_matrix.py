@@ -34,9 +34,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "torch_oracle"
 VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?([a-z]+\d+)?(\+[\w.]+)?$")
-#: pip names every file:// index location that does not exist on this machine, and every
-#: requirement a reused venv already has: noise. What it downloads and installs stays visible.
-PIP_NOISE_RE = re.compile(r"^(WARNING: Location 'file://.*' is ignored|Requirement already satisfied: )")
+#: pip names every file:// index location that does not exist on this machine: noise.
+PIP_NOISE_RE = re.compile(r"^WARNING: Location 'file://.*' is ignored")
+#: Of pip's other lines, those worth a log line (what it downloads, installs, and what goes wrong);
+#: all of them are kept for the result file's detail when the install fails.
+PIP_SHOWN_RE = re.compile(
+    r"^\s*(Downloading|Installing collected|Successfully installed)|error|warning", re.IGNORECASE
+)
 #: What the venv reports about itself, printed as one JSON line.
 PROBE = """
 import json, sys
@@ -60,8 +64,13 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-def run_streaming(cmd: list[str], timeout_s: float, *, cwd: Path = ROOT) -> tuple[int | None, list[str]]:
-    """Run ``cmd``, echoing its output (minus pip's noise); return (exit code or None on timeout, tail)."""
+def run_streaming(
+    cmd: list[str], timeout_s: float, *, cwd: Path = ROOT, shown: re.Pattern[str] | None = None
+) -> tuple[int | None, list[str]]:
+    """Run ``cmd``, echoing its output (only lines matching ``shown`` if given, never pip's noise).
+
+    Returns (exit code, or None when it ran past ``timeout_s`` and was killed; the output's last lines).
+    """
     tail: collections.deque[str] = collections.deque(maxlen=200)
     proc = subprocess.Popen(
         cmd,
@@ -88,8 +97,9 @@ def run_streaming(cmd: list[str], timeout_s: float, *, cwd: Path = ROOT) -> tupl
         for line in proc.stdout:
             if PIP_NOISE_RE.match(line):
                 continue
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            if shown is None or shown.search(line):
+                sys.stdout.write(line)
+                sys.stdout.flush()
             tail.append(line.rstrip("\n"))
         code = proc.wait()
     finally:
@@ -192,6 +202,7 @@ def run_version(version: str, args: argparse.Namespace, pytest_args: list[str]) 
                 f"{ROOT}[test]",
             ],
             args.install_timeout,
+            shown=PIP_SHOWN_RE,
         )
         record["install_s"] = round(time.monotonic() - started, 1)
         if code != 0:

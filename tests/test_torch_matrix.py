@@ -23,7 +23,8 @@ def load(name: str, path: Path):
 
 
 matrix = load("torch_matrix", ROOT / "scripts" / "torch_matrix.py")
-conftest = sys.modules.get("conftest") or load("polyprof_tests_conftest", TESTS / "conftest.py")
+# By path: sys.modules["conftest"] is whichever of tests/, tests/cuda/, tests/xpu/ pytest imported last.
+conftest = load("polyprof_tests_conftest", TESTS / "conftest.py")
 
 
 def test_every_named_subset_file_exists():

@@ -555,7 +555,8 @@ class _BusEngine:
                         request.set()
                     if stopping:
                         return
-                    with anyio.move_on_after(self.poll_interval_s):
+                    poll = self.poll_interval_s if link.tracer.hands_over_while_recording else None
+                    with anyio.move_on_after(poll):
                         await link.wake.wait()
                     if link.wake.is_set():
                         link.wake = anyio.Event()

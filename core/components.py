@@ -92,6 +92,11 @@ class Tracer(abc.ABC):
     name: str = "tracer"
     #: The activities this tracer records.
     activities: frozenset[ProfilerActivity] = frozenset()
+    #: False for a tracer that puts nothing in its outbox between ``start`` and ``stop`` (or a
+    #: ``flush``): the bus then drains it only when woken, instead of every poll interval, and
+    #: its thread stays asleep while recording (torch's Python tracer records every thread's
+    #: frames; a polling loop would add thousands of them and slow ``with_stack`` profiles).
+    hands_over_while_recording: bool = True
 
     def __init__(self) -> None:
         self.outbox = Outbox()

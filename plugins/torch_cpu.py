@@ -693,6 +693,9 @@ class TorchCpuTracer(Tracer):
 
     name = SOURCE
     activities = frozenset({ProfilerActivity.CPU})
+    #: torch's result exists only after ``_disable_profiler`` (or a pause for a nested profiler,
+    #: which stop then follows): nothing to poll for.
+    hands_over_while_recording = False
 
     def __init__(self, config: ProfileConfig) -> None:
         super().__init__()

@@ -249,6 +249,43 @@ def test_decode_runs_on_the_bus_thread_and_consume_off_the_users_thread(bus):
     assert bus.finish_recording(timeout_s=10)
 
 
+class DrainCountingTracer(FakeTracer):
+    """Counts how often the bus looks into its outbox."""
+
+    def __init__(self, name: str, *, hands_over: bool) -> None:
+        super().__init__(name)
+        self.hands_over_while_recording = hands_over
+        self.drains = 0
+        drain = self.outbox.drain
+
+        def counting_drain() -> list:
+            self.drains += 1
+            return drain()
+
+        self.outbox.drain = counting_drain  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("hands_over", [True, False])
+def test_a_tracer_that_hands_over_nothing_while_recording_is_not_polled(hands_over):
+    """The bus thread sleeps for such a tracer, so torch's Python tracer records none of its frames."""
+    with EventBus(poll_interval_s=0.005) as bus:
+        tracer = DrainCountingTracer("t", hands_over=hands_over)
+        sub = RecordingSubscriber()
+        bus.add_tracer(tracer)
+        bus.subscribe(sub)
+        time.sleep(0.3)
+        polled = tracer.drains
+        tracer.put([3])
+        assert bus.flush(timeout_s=10)  # a flush still drains it
+        tracer.stop()
+        assert bus.finish_recording(timeout_s=10)
+    assert [len(b) for b in sub.batches] == [3]
+    if hands_over:
+        assert polled >= 10
+    else:
+        assert polled <= 1
+
+
 # ---------------------------------------------------------------------------- isolation
 
 

@@ -28,6 +28,24 @@ DISTRIBUTION_FOR_ACTIVITY: dict[ProfilerActivity, str] = {
     ProfilerActivity.XPU: "polyprof-xpu",
 }
 
+#: Kineto's activity types of the CPU group: the names a ``{ProfilerActivity.CPU: [...]}`` filter
+#: takes (any other makes torch's collector raise), each the upper-case spelling of the trace
+#: category its events are written under. Asked of torch 2.13 and 2.15 by
+#: tests/test_frontend_versions.py.
+CPU_GROUP_ACTIVITY_TYPES = (
+    "CPU_OP",
+    "CPU_INSTANT_EVENT",
+    "USER_ANNOTATION",
+    "EXTERNAL_CORRELATION",
+    "PYTHON_FUNCTION",
+    "CUDA_RUNTIME",
+    "CUDA_DRIVER",
+    "XPU_RUNTIME",
+    "XPU_DRIVER",
+    "PRIVATEUSE1_RUNTIME",
+    "PRIVATEUSE1_DRIVER",
+)
+
 _BY_LOWER_NAME = {member.name.lower(): member for member in ProfilerActivity}
 
 

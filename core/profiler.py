@@ -31,7 +31,7 @@ from typing import Any
 import attrs
 
 from polyprof._log import get_logger
-from polyprof.activity import ProfilerActivity, coerce_activity
+from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES, ProfilerActivity, coerce_activity
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError, PolyprofWarning
 from polyprof.record import record_function
@@ -91,19 +91,7 @@ class UnknownActivityTypeError(PolyprofError, ValueError, RuntimeError):
 #: The activity type names torch's collector accepts in a CPU filter (``{ProfilerActivity.CPU: [...]}``):
 #: the members of Kineto's CPU group. Any other name makes torch raise "Unknown or non-member activity
 #: type name" (asked of torch 2.13 and 2.15 by tests/test_frontend_versions.py).
-CPU_ACTIVITY_TYPES = (
-    "CPU_OP",
-    "CPU_INSTANT_EVENT",
-    "USER_ANNOTATION",
-    "EXTERNAL_CORRELATION",
-    "PYTHON_FUNCTION",
-    "CUDA_RUNTIME",
-    "CUDA_DRIVER",
-    "XPU_RUNTIME",
-    "XPU_DRIVER",
-    "PRIVATEUSE1_RUNTIME",
-    "PRIVATEUSE1_DRIVER",
-)
+CPU_ACTIVITY_TYPES = CPU_GROUP_ACTIVITY_TYPES
 
 _VALID_ACTIVITIES = ", ".join(f"ProfilerActivity.{m.name}" for m in ProfilerActivity)
 _VALID_ITEMS = (

@@ -51,6 +51,7 @@ import orjson
 
 from polyprof import torch_support
 from polyprof._log import get_logger
+from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES, ProfilerActivity
 from polyprof.components import Capabilities, Exporter
 from polyprof.config import ProfileConfig
 from polyprof.events import API_CALL_KINDS, HOST_KINDS, DeviceType, EventBatch, EventKind, kind_codes
@@ -943,6 +944,21 @@ def _trace_base_ns(trace: Trace) -> int:
     return trimonth_base_ns(max(earliest, 0))
 
 
+def _kept_by_activity_filter(events: EventBatch, cpu_filter: frozenset[str] | None) -> EventBatch:
+    """The events a ``{ProfilerActivity.CPU: [...]}`` filter lets into the trace, as torch's writer does.
+
+    torch's collector still reports every op to ``events()`` under a filter;
+    only Kineto's trace leaves out the CPU-group activity types not named.
+    """
+    if cpu_filter is None or not len(events):
+        return events
+    table, index = _categories(_Columns(events))
+    dropped = [i for i, cat in enumerate(table) if cat.upper() in set(CPU_GROUP_ACTIVITY_TYPES) - cpu_filter]
+    if not dropped:
+        return events
+    return events.take(~np.isin(index, dropped))
+
+
 def render_chrome_trace(trace: Trace, trace_name: str, layout: KinetoLayout | None = None) -> Iterator[str]:
     """The Chrome trace JSON of ``trace``, as text chunks to concatenate.
 
@@ -951,7 +967,8 @@ def render_chrome_trace(trace: Trace, trace_name: str, layout: KinetoLayout | No
     """
     if layout is None:
         layout = kineto_layout()
-    cols = _Columns(trace.events)
+    events = _kept_by_activity_filter(trace.events, trace.config.activity_filters.get(ProfilerActivity.CPU))
+    cols = _Columns(events)
     base_ns = _trace_base_ns(trace)
     time_keys = ['  "displayTimeUnit": "ms",', f'  "baseTimeNanoseconds": {base_ns},']
     header = ["{", '  "schemaVersion": 1,']
@@ -963,11 +980,11 @@ def render_chrome_trace(trace: Trace, trace_name: str, layout: KinetoLayout | No
     yield "\n".join(header) + "\n"
 
     start_ns = (
-        trace.start_ns if trace.start_ns > 0 else (int(trace.events["start_ns"].min()) if cols.n else base_ns)
+        trace.start_ns if trace.start_ns > 0 else (int(events["start_ns"].min()) if cols.n else base_ns)
     )
     end_ns = max(trace.end_ns, start_ns)
     last_event_end = (
-        int((trace.events["start_ns"] + np.maximum(trace.events["dur_ns"], 0)).max()) if cols.n else 0
+        int((events["start_ns"] + np.maximum(events["dur_ns"], 0)).max()) if cols.n else 0
     )
     span_ts = format_us(start_ns - base_ns)
     span_dur = format_us(end_ns - start_ns)

@@ -351,7 +351,11 @@ class _DeferredDecoder:
             }
             for field, accessor in self._structured:
                 columns[field] = intern_structured_column(map(_accessor(events, accessor), events))
-            if self._with_args:
+            if not torch_support.installed().has_accessor("flow_id"):
+                # torch < 2.13 has no flow accessors, yet its writer draws the fwdbwd flows: both
+                # flows and args come from one result.save (torch writes a result only once).
+                columns.update(_saved_trace_columns(result, events, with_args=self._with_args))
+            elif self._with_args:
                 columns["args"] = intern_column(_trace_args_by_event(result, events))
         return columns
 

@@ -5,9 +5,9 @@
 # whole-suite run. See docs/torch-versions.md.
 #   POLYPROF_TEST_TORCH_VERSIONS  extra versions for the subset (default "2.6.0 2.15.0"; "" skips)
 #   POLYPROF_TEST_CLEAN_VENVS=1   remove their venvs (.venvs/torch-VERSION, ~5 GB each) after their
-#                                 run; by default they stay for the next run (removing one took 130 to
-#                                 150 s on a loaded 2-core machine: time CI need not spend on a clone
-#                                 it discards)
+#                                 run; by default they stay for the next run, which then needs no
+#                                 download (removing one took 4 s on an idle 2-core machine, 130 to
+#                                 150 s on a loaded one)
 source "$(dirname "${BASH_SOURCE[0]}")/_setup_env.sh"
 cd "$ROOT"
 # The GPU plugins, installed separately as users install them; with no GPU here they report

@@ -391,12 +391,13 @@ def main(argv: list[str]) -> int:
     args.venvs = args.venvs.resolve()
     args.results = args.results.resolve()
     paths = []
+    started = time.monotonic()
     for version in args.versions:
         record = run_version(version, args, pytest_args)
         say(result_line(record))
         paths.append(args.results / f"torch-{version}.json")
     say("\n=== torch matrix ===")
-    return summary(paths)
+    return summary(paths, time.monotonic() - started)
 
 
 if __name__ == "__main__":

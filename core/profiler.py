@@ -21,6 +21,7 @@ import functools
 import json
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -480,6 +481,7 @@ class profile:  # noqa: N801 - torch's name
         warnings.warn(f"Incorrect schedule: {prev} followed by {new}", stacklevel=4)
 
     def prepare_trace(self) -> None:
+        _load_inductor_config()
         if self._traces and not self.acc_events and not self._cleared_warned:
             self._cleared_warned = True
             warnings.warn(ACC_EVENTS_WARNING, stacklevel=4)
@@ -758,6 +760,27 @@ def _step_hook_enabled() -> bool:
     except ImportError:
         return False
     return bool(is_fbcode() and os.environ.get("KINETO_FORCE_STEP_HOOK", ""))
+
+
+def _load_inductor_config() -> None:
+    """What torch.profiler.profile.prepare_trace does first on every release 2.6-2.15.
+
+    ``hasattr(torch, "_inductor")`` imports Inductor (hundreds of modules, sympy
+    among them) before the collector starts. Skipping it moved that import into
+    the first profiled step of a fresh process: with ``with_stack`` torch's
+    Python tracer then recorded over a million import frames, and with
+    ``verbose`` stacks its ``_disable_profiler`` ran out of memory
+    (``polyprof run --with-stack`` on a small training script: 19 GB, then
+    std::bad_alloc or undecodable names).
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    try:
+        if hasattr(torch, "_inductor"):
+            import torch._inductor.config  # noqa: F401
+    except Exception:  # noqa: BLE001 - torch.profiler lets this raise; a broken Inductor must not stop profiling
+        log.debug("inductor_config_unavailable", exc_info=True)
 
 
 def _check_json(key: str, value: str) -> None:

@@ -101,8 +101,21 @@ def _trace_args_by_event(result: Any, events: list[Any]) -> list[str | None]:
     if "trace_activities" not in torch_support.installed().result_methods:
         return _saved_trace_rows(result, events).fragments()
     pending: dict[int, list[tuple[str, str]]] = defaultdict(list)
-    for act in result.trace_activities():
-        pending[act.timestamp()].append((_safe_name(act), act.metadata_json()))
+    try:
+        for act in result.trace_activities():
+            pending[act.timestamp()].append((_safe_name(act), act.metadata_json()))
+    except UnicodeDecodeError as exc:
+        # torch read a frame name from freed memory into an event's args: pybind cannot hand the
+        # fragment over, so read them all from torch's own writer, whose bytes are replaced.
+        log.warning("undecodable_trace_args", reason=str(exc))
+        warnings.warn(
+            "polyprof: torch's result holds args that are not valid UTF-8 (a torch bug: Python frame "
+            "names read from freed memory); the trace takes them from torch's own writer, with the "
+            "invalid bytes replaced by U+FFFD",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return _saved_trace_rows(result, events).fragments()
     for queue in pending.values():
         queue.reverse()  # popped from the end: first in the list, first matched
     return [

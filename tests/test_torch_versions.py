@@ -295,3 +295,66 @@ def test_without_a_nested_profiler_nothing_is_noted() -> None:
         with polyprof.profile() as ours:
             torch.ones(2).add(1)
     assert not any("torch profiler ran inside" in note for note in ours.trace.notes)
+
+
+# ------------------------------------------------- what torch.profiler does first
+
+
+def test_inductor_is_loaded_before_recording_as_torch_does() -> None:
+    """torch.profiler's prepare_trace imports Inductor before its collector starts (2.6-2.15).
+
+    Left to the first profiled step, that import put over a million Python frames into a
+    with_stack profile and ran torch's _disable_profiler out of memory.
+    """
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from {module} import profile\n"
+        "p = profile()\n"
+        "p.__enter__()\n"
+        "loaded = 'torch._inductor' in sys.modules\n"
+        "p.__exit__(None, None, None)\n"
+        "print(loaded)\n"
+    )
+    for module in ("torch.profiler", "polyprof"):
+        out = subprocess.run(
+            [sys.executable, "-c", code.format(module=module)], capture_output=True, text=True, timeout=300
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip().splitlines()[-1] == "True", module
+
+
+class _BadArgsActivity:
+    def name(self) -> str:
+        return "aten::add"
+
+    def timestamp(self) -> int:
+        return 1_000_000
+
+    def metadata_json(self) -> str:
+        raise UnicodeDecodeError("utf-8", b"\x8f", 0, 1, "invalid start byte")
+
+
+class _ResultWithBadArgs(_FakeResult):
+    def trace_activities(self) -> list[_BadArgsActivity]:
+        return [_BadArgsActivity()]
+
+    def save(self, path: str) -> None:
+        event = (
+            b'{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1000.000, '
+            b'"dur": 0.010, "args": {"External id": 1, "Call stack": "a.py(1): \x8f"}}'
+        )
+        with open(path, "wb") as file:
+            file.write(b'{"baseTimeNanoseconds": 0, "traceEvents": [' + event + b"]}")
+
+
+def test_undecodable_args_are_read_from_torchs_writer_with_bytes_replaced() -> None:
+    if "trace_activities" not in FEATURES.result_methods:
+        pytest.skip("this torch reads args from its writer anyway (no trace_activities)")
+    events = [_FakeEvent("aten::add", 1_000_000)]
+    with pytest.warns(RuntimeWarning, match="not valid UTF-8"):
+        fragments = torch_cpu._trace_args_by_event(_ResultWithBadArgs(events), events)
+    assert len(fragments) == 1 and fragments[0] is not None
+    assert "\ufffd" in fragments[0] and '"Call stack"' in fragments[0]

@@ -158,6 +158,9 @@ class KinetoLayout:
     metadata_first: bool = True
     #: torch 2.13+ (kineto 628e1d0f): the top level has ``host_name``.
     host_name: bool = True
+    #: torch 2.8+: ops recorded with an overload name are written ``aten::add.Tensor``; 2.7 records
+    #: overload names (``capture_overload_names``) but writes plain ``aten::add``.
+    overload_in_names: bool = True
 
 
 NEWEST_LAYOUT = KinetoLayout()
@@ -175,6 +178,7 @@ def kineto_layout() -> KinetoLayout:
         time_keys_first=features.at_least(2, 11),
         metadata_first=features.at_least(2, 12),
         host_name=features.at_least(2, 13),
+        overload_in_names=features.at_least(2, 8),
     )
 
 
@@ -779,7 +783,9 @@ class _EventText:
     flows); ``chunk`` builds the per-event strings of one range only.
     """
 
-    def __init__(self, cols: _Columns, base_ns: int, pid: np.ndarray, tid: np.ndarray) -> None:
+    def __init__(
+        self, cols: _Columns, base_ns: int, pid: np.ndarray, tid: np.ndarray, layout: KinetoLayout = NEWEST_LAYOUT
+    ) -> None:
         self.cols = cols
         self.base_ns = base_ns
         self.pid = pid
@@ -790,7 +796,11 @@ class _EventText:
             f'  {{"ph": "i", "cat": {json_string(cat)}, "s": "t", "name": ' for cat in category_table
         ]
         self.names = [json_string(str(name)) for name in cols.batch.table("name")]
-        self.name_index = _names_with_overloads(cols, self.names)
+        self.name_index = (
+            _names_with_overloads(cols, self.names)
+            if layout.overload_in_names
+            else cols.col("name").astype(np.int64)
+        )
         self.names.append('""')  # index -1 reads the last slot
         self.args = _ArgsText(cols)
         self.instant = _kind_mask(cols.kind, (EventKind.MEMORY, EventKind.OUT_OF_MEMORY))
@@ -921,7 +931,9 @@ def _names_with_overloads(cols: _Columns, names: list[str]) -> np.ndarray:
     return name_index
 
 
-def _event_lines(cols: _Columns, base_ns: int, pid: np.ndarray, tid: np.ndarray) -> Iterator[str]:
+def _event_lines(
+    cols: _Columns, base_ns: int, pid: np.ndarray, tid: np.ndarray, layout: KinetoLayout = NEWEST_LAYOUT
+) -> Iterator[str]:
     """The text of every event, in batch order, ``CHUNK_EVENTS`` events per chunk.
 
     Each chunk is its events' lines, each followed by a comma and a newline.
@@ -930,7 +942,7 @@ def _event_lines(cols: _Columns, base_ns: int, pid: np.ndarray, tid: np.ndarray)
     """
     if cols.n == 0:
         return
-    text = _EventText(cols, base_ns, pid, tid)
+    text = _EventText(cols, base_ns, pid, tid, layout)
     for lo in range(0, cols.n, CHUNK_EVENTS):
         yield text.chunk(lo, min(lo + CHUNK_EVENTS, cols.n))
 
@@ -994,7 +1006,7 @@ def render_chrome_trace(trace: Trace, trace_name: str, layout: KinetoLayout | No
     metadata = _lane_metadata(cols, pid, tid, trace, span_ts, layout)
     if metadata and layout.metadata_first:
         yield ",\n".join(metadata) + ",\n"
-    yield from _event_lines(cols, base_ns, pid, tid)
+    yield from _event_lines(cols, base_ns, pid, tid, layout)
     if metadata and not layout.metadata_first:
         yield ",\n".join(metadata) + ",\n"
     chunk: list[str] = []

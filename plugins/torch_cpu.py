@@ -146,7 +146,8 @@ def _saved_trace_columns(result: Any, events: list[Any], *, with_args: bool) -> 
 def _kineto_names(events: list[Any]) -> list[str]:
     """Names as Kineto writes them: ``aten::add.Tensor`` where torch recorded an overload name."""
     names = [_safe_name(ev) for ev in events]
-    if events and hasattr(events[0], "overload_name"):  # torch 2.11+; empty unless capture_overload_names
+    # torch 2.7 records overload names but its writer leaves them out of names; 2.8+ writes them.
+    if events and hasattr(events[0], "overload_name") and torch_support.installed().at_least(2, 8):
         for i, overload in enumerate(map(_accessor(events, "overload_name"), events)):
             if overload:
                 names[i] = f"{names[i]}.{overload}"

@@ -142,6 +142,11 @@ def threaded_workload(record_function) -> None:
 def test_multithreaded_profile_all_threads() -> None:
     from torch._C._profiler import _ExperimentalConfig
 
+    from polyprof import torch_support
+
+    if "profile_all_threads" not in torch_support.installed().experimental_fields:
+        pytest.skip(f"torch {torch.__version__} has no _ExperimentalConfig(profile_all_threads=...)")
+
     theirs, ours = run_both(threaded_workload, experimental_config=_ExperimentalConfig(profile_all_threads=True))
     assert op_counts(ours.key_averages()) == op_counts(theirs.key_averages())
     names = {e.key for e in ours.key_averages()}

@@ -149,8 +149,8 @@ class KinetoLayout:
     writes the installed torch's so that tools comparing files see no change.
     """
 
-    #: torch 2.11+ (kineto 445bc4f5): ``displayTimeUnit`` and ``baseTimeNanoseconds`` before
-    #: ``traceEvents``; earlier releases write them last, after ``traceName``.
+    #: torch 2.8+ (kineto 445bc4f5; measured on 2.8.0, 2.9.1, 2.10.0): ``displayTimeUnit`` and
+    #: ``baseTimeNanoseconds`` before ``traceEvents``; 2.6 and 2.7 write them last, after ``traceName``.
     time_keys_first: bool = True
     #: torch 2.12+ (kineto 520b0564, c51fcfea): process/thread metadata events come before the
     #: events, and every event starts with ``"ph"``; earlier releases put them after the events
@@ -175,7 +175,7 @@ def kineto_layout() -> KinetoLayout:
     except (ImportError, AttributeError):  # a torch without its profiler: nothing to match
         return NEWEST_LAYOUT
     return KinetoLayout(
-        time_keys_first=features.at_least(2, 11),
+        time_keys_first=features.at_least(2, 8),
         metadata_first=features.at_least(2, 12),
         host_name=features.at_least(2, 13),
         overload_in_names=features.at_least(2, 8),

@@ -53,6 +53,22 @@ HOST_KINDS = frozenset(
 )
 
 
+#: Kineto's name of each kind whose name does not depend on the device: the Chrome trace category
+#: and ``FunctionEvent.activity_type`` (runtime, driver and sync calls are "<device>_runtime", ...).
+CATEGORY_BY_KIND: dict[EventKind, str] = {
+    EventKind.CPU_OP: "cpu_op",
+    EventKind.USER_ANNOTATION: "user_annotation",
+    EventKind.PYTHON_FUNCTION: "python_function",
+    EventKind.MEMORY: "cpu_instant_event",
+    EventKind.OUT_OF_MEMORY: "cpu_instant_event",
+    EventKind.KERNEL: "kernel",
+    EventKind.GPU_MEMCPY: "gpu_memcpy",
+    EventKind.GPU_MEMSET: "gpu_memset",
+    EventKind.GPU_USER_ANNOTATION: "gpu_user_annotation",
+    EventKind.OVERHEAD: "overhead",
+}
+
+
 def kind_codes(kinds: Iterable[EventKind]) -> np.ndarray:
     """``kinds`` as an array of ``kind`` column values, for ``np.isin``."""
     return np.array(sorted(int(k) for k in kinds), dtype=np.int8)

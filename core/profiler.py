@@ -30,13 +30,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
-
 from polyprof._log import get_logger
 from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES, ProfilerActivity, coerce_activity
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError, PolyprofWarning
 from polyprof.record import record_function
 from polyprof.schedule import ProfilerAction, coerce_action, default_schedule
+from polyprof.torch_support import experimental_flags
 from polyprof.trace import CONFIG_FLAG_KEYS
 
 log = get_logger(__name__)
@@ -89,11 +89,6 @@ class UnknownActivityTypeError(PolyprofError, ValueError, RuntimeError):
     """
 
 
-#: The activity type names torch's collector accepts in a CPU filter (``{ProfilerActivity.CPU: [...]}``):
-#: the members of Kineto's CPU group. Any other name makes torch raise "Unknown or non-member activity
-#: type name" (asked of torch 2.13 and 2.15 by tests/test_frontend_versions.py).
-CPU_ACTIVITY_TYPES = CPU_GROUP_ACTIVITY_TYPES
-
 _VALID_ACTIVITIES = ", ".join(f"ProfilerActivity.{m.name}" for m in ProfilerActivity)
 _VALID_ITEMS = (
     f"ProfilerActivity values (torch's or polyprof's; valid activities are: {_VALID_ACTIVITIES}) "
@@ -121,7 +116,6 @@ def activity_rules() -> ActivityRules:
     """The installed torch's rules for ``activities``; torch 2.13's (DESIGN.md) when torch is absent."""
     try:
         import torch.profiler.profiler as torch_profiler
-
         from polyprof.torch_support import installed
 
         features = installed()
@@ -177,7 +171,7 @@ def _filter_names(act: ProfilerActivity, value: Any, rules: ActivityRules) -> fr
             f"{_valid_type_names(act)}"
         ) from None
     if act is ProfilerActivity.CPU:
-        unknown = sorted(str(n) for n in names if n not in CPU_ACTIVITY_TYPES)
+        unknown = sorted(str(n) for n in names if n not in CPU_GROUP_ACTIVITY_TYPES)
         if unknown:
             raise UnknownActivityTypeError(
                 "Unknown or non-member activity type name for ProfilerActivity.CPU: "
@@ -189,7 +183,7 @@ def _filter_names(act: ProfilerActivity, value: Any, rules: ActivityRules) -> fr
 
 def _valid_type_names(act: ProfilerActivity) -> str:
     if act is ProfilerActivity.CPU:
-        return f"; valid names for ProfilerActivity.CPU (case matters): {', '.join(CPU_ACTIVITY_TYPES)}"
+        return f"; valid names for ProfilerActivity.CPU (case matters): {', '.join(CPU_GROUP_ACTIVITY_TYPES)}"
     return (
         f"; valid names for ProfilerActivity.{act.name} are Kineto's activity types, such as "
         "['CONCURRENT_KERNEL']"
@@ -322,19 +316,6 @@ def _check_not_empty(found: set[Any], use_cuda: bool | None, items: list[Any]) -
             + (f" with use_cuda={use_cuda}" if use_cuda is not None else "")
             + f"; valid activities are: {_VALID_ACTIVITIES}"
         )
-
-
-def _experimental_flags(experimental_config: Any) -> dict[str, bool]:
-    """verbose / profile_all_threads / capture_overload_names / trace_only of torch's _ExperimentalConfig.
-
-    Their place in the config's state differs between torch releases;
-    polyprof.torch_support finds it on the installed one.
-    """
-    if experimental_config is None:
-        return {"verbose": False, "profile_all_threads": False, "capture_overload_names": False, "trace_only": False}
-    from polyprof.torch_support import experimental_flags
-
-    return experimental_flags(experimental_config)
 
 
 class profile:  # noqa: N801 - torch's name
@@ -542,7 +523,7 @@ class profile:  # noqa: N801 - torch's name
         if self._session is None:
             from polyprof.session import Session
 
-            flags = _experimental_flags(self.experimental_config)
+            flags = experimental_flags(self.experimental_config)
             if flags["trace_only"] and self.with_stack:
                 # torch's own rule and words (torch.profiler.profile.__init__, 2.13+)
                 warnings.warn(

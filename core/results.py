@@ -47,9 +47,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
-
 from polyprof._log import get_logger
-from polyprof.events import FIELDS, DeviceType, EventKind, concat
+from polyprof.events import CATEGORY_BY_KIND, FIELDS, DeviceType, EventKind, concat
 from polyprof.table import format_time
 from polyprof.tree import (
     LAZY_COLUMNS,
@@ -381,19 +380,6 @@ _RAW_FIELDS: dict[str, _RawField] = {
     "python_module_id": _RawField(-1, -1),
 }
 
-#: ``activity_type`` of rows whose tracer did not record torch's (Kineto's ActivityType names).
-_ACTIVITY_OF_KIND = {
-    EventKind.CPU_OP: "cpu_op",
-    EventKind.USER_ANNOTATION: "user_annotation",
-    EventKind.PYTHON_FUNCTION: "python_function",
-    EventKind.MEMORY: "cpu_instant_event",
-    EventKind.OUT_OF_MEMORY: "cpu_instant_event",
-    EventKind.KERNEL: "kernel",
-    EventKind.GPU_MEMCPY: "gpu_memcpy",
-    EventKind.GPU_MEMSET: "gpu_memset",
-    EventKind.GPU_USER_ANNOTATION: "gpu_user_annotation",
-    EventKind.OVERHEAD: "overhead",
-}
 _RUNTIME_ACTIVITY = {"cuda": ("cuda_runtime", "cuda_driver"), "xpu": ("xpu_runtime", "xpu_driver")}
 
 
@@ -401,7 +387,7 @@ def _derived_activity_types(tree: EventTree) -> list[Any]:
     default = ("privateuse1_runtime", "privateuse1_driver")
     runtime, driver = _RUNTIME_ACTIVITY.get(tree.use_device or "", default)
     by_kind = {
-        **_ACTIVITY_OF_KIND,
+        **CATEGORY_BY_KIND,
         EventKind.RUNTIME: runtime,
         EventKind.DRIVER: driver,
         EventKind.SYNC: "cuda_sync",

@@ -48,13 +48,20 @@ from typing import Any
 import attrs
 import numpy as np
 import orjson
-
 from polyprof import torch_support
 from polyprof._log import get_logger
 from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES, ProfilerActivity
 from polyprof.components import Capabilities, Exporter
 from polyprof.config import ProfileConfig
-from polyprof.events import API_CALL_KINDS, HOST_KINDS, DeviceType, EventBatch, EventKind, kind_codes
+from polyprof.events import (
+    API_CALL_KINDS,
+    CATEGORY_BY_KIND,
+    HOST_KINDS,
+    DeviceType,
+    EventBatch,
+    EventKind,
+    kind_codes,
+)
 from polyprof.fileio import atomic_writer, check_writable_path
 from polyprof.hookspecs import hookimpl
 from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, CONFIG_FLAG_KEYS, Trace
@@ -74,19 +81,6 @@ SPANS_SORT_INDEX = 0x20000000
 #: Keys that Kineto itself places at the top level; metadata may not reuse them.
 RESERVED_TOP_LEVEL_KEYS = CHROME_TRACE_RESERVED_KEYS
 
-#: Chrome trace category of each kind whose category does not depend on the device.
-CATEGORY_BY_KIND: dict[EventKind, str] = {
-    EventKind.CPU_OP: "cpu_op",
-    EventKind.USER_ANNOTATION: "user_annotation",
-    EventKind.PYTHON_FUNCTION: "python_function",
-    EventKind.MEMORY: "cpu_instant_event",
-    EventKind.OUT_OF_MEMORY: "cpu_instant_event",
-    EventKind.KERNEL: "kernel",
-    EventKind.GPU_MEMCPY: "gpu_memcpy",
-    EventKind.GPU_MEMSET: "gpu_memset",
-    EventKind.GPU_USER_ANNOTATION: "gpu_user_annotation",
-    EventKind.OVERHEAD: "overhead",
-}
 #: Kinds whose category is "<device>_<suffix>" (cuda_runtime, xpu_sync, ...).
 DEVICE_CATEGORY_SUFFIX: dict[EventKind, str] = {
     EventKind.RUNTIME: "runtime",

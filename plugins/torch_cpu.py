@@ -23,7 +23,6 @@ from operator import methodcaller
 from typing import Any
 
 import numpy as np
-
 from polyprof import torch_support
 from polyprof._log import get_logger
 from polyprof._memory import release_free_heap
@@ -213,7 +212,6 @@ def _saved_trace_rows(result: Any, events: list[Any]) -> _SavedRows:
     import tempfile
 
     import orjson
-
     from polyprof.chrome_reader import us_to_ns
 
     unmatched = _SavedRows([None] * len(events), {})
@@ -751,12 +749,19 @@ class TorchCpuTracer(Tracer):
             )
 
     def prepare(self) -> None:
-        from torch._C._autograd import _prepare_profiler
         from torch._C._profiler import ProfilerActivity as TorchActivity
 
         self._check_no_other_profiler()
         self._cfg = self._profiler_config()
         self._torch_activities = {TorchActivity.CPU}
+        self._prepare_collector()
+        self._state = "prepared"
+
+    def _prepare_collector(self) -> None:
+        """torch's ``_prepare_profiler`` with this recording's config and CPU activity filter."""
+        from torch._C._autograd import _prepare_profiler
+        from torch._C._profiler import ProfilerActivity as TorchActivity
+
         cpu_filter = self.config.activity_filters.get(ProfilerActivity.CPU)
         if cpu_filter is None:
             _prepare_profiler(self._cfg, self._torch_activities)
@@ -769,7 +774,6 @@ class TorchCpuTracer(Tracer):
             _prepare_profiler(
                 self._cfg, self._torch_activities, activity_filter={TorchActivity.CPU: set(cpu_filter)}
             )
-        self._state = "prepared"
 
     def start(self) -> None:
         from torch._C._autograd import _enable_profiler
@@ -809,19 +813,11 @@ class TorchCpuTracer(Tracer):
         )
 
     def _resume_after_inner_profiler(self) -> None:
-        from torch._C._autograd import _enable_profiler, _prepare_profiler
+        from torch._C._autograd import _enable_profiler
 
         if self._state != "paused":
             return
-        cpu_filter = self.config.activity_filters.get(ProfilerActivity.CPU)
-        if cpu_filter is None:
-            _prepare_profiler(self._cfg, self._torch_activities)
-        else:
-            from torch._C._profiler import ProfilerActivity as TorchActivity
-
-            _prepare_profiler(
-                self._cfg, self._torch_activities, activity_filter={TorchActivity.CPU: set(cpu_filter)}
-            )
+        self._prepare_collector()
         _profiler_flag(True)
         _enable_profiler(self._cfg, self._torch_activities)
         self._state = "running"

@@ -24,21 +24,21 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
+import polyprof  # noqa: E402
 import torch.autograd.profiler as autograd_profiler  # noqa: E402
 import torch.profiler as tp  # noqa: E402
+from polyprof import shim, torch_support  # noqa: E402
+from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES
+from polyprof.profiler import activity_rules  # noqa: E402
 from torch.autograd import profiler_legacy  # noqa: E402
 from torch.autograd.profiler import KinetoStepTracker  # noqa: E402
-
-import polyprof  # noqa: E402
-from polyprof import shim, torch_support  # noqa: E402
-from polyprof.profiler import CPU_ACTIVITY_TYPES, activity_rules  # noqa: E402
 
 PA = tp.ProfilerActivity
 REPO = Path(__file__).resolve().parents[1]
 TORCH_PROFILE_PARAMS = inspect.signature(tp.profile).parameters
 #: Every activity type name in Kineto's ActivityType (libkineto), plus names it does not have.
 KINETO_TYPE_NAMES = (
-    *CPU_ACTIVITY_TYPES,
+    *CPU_GROUP_ACTIVITY_TYPES,
     "GPU_MEMCPY",
     "GPU_MEMSET",
     "GPU_USER_ANNOTATION",
@@ -272,7 +272,7 @@ def test_cpu_activity_type_names_are_the_ones_torch_accepts() -> None:
         for name in KINETO_TYPE_NAMES
         if not isinstance(torch_outcome({"activities": [{PA.CPU: [name]}]}, run=True), type)
     ]
-    assert sorted(accepted) == sorted(CPU_ACTIVITY_TYPES)
+    assert sorted(accepted) == sorted(CPU_GROUP_ACTIVITY_TYPES)
     valid = r"valid names for ProfilerActivity.CPU \(case matters\): CPU_OP, CPU_INSTANT_EVENT"
     with pytest.raises(RuntimeError, match=valid):
         polyprof.profile(activities=[{PA.CPU: ["NOT_A_TYPE"]}])

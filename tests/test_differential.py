@@ -114,8 +114,14 @@ def test_memory_and_flops(model) -> None:
         return {e.key: e.flops for e in prof.key_averages() if e.flops}
 
     assert flops(ours) == flops(theirs) and flops(ours)
-    # Memory attributed to the heavy ops does not depend on timing.
-    for key in ("aten::conv2d", "aten::mm", "aten::addmm"):
+    # Memory attributed to the heavy ops does not depend on timing where torch windows memory
+    # records in exact ns (2.11+). Before, torch rounds each op's window through float µs (to
+    # 256 ns at today's timestamps), so whether an allocation at an op's edge counts differs from
+    # run to run for torch itself; test_results.py compares both on the same raw result instead.
+    from polyprof.tree import post_processing_rules
+
+    exact_windows = not post_processing_rules().memory_window_through_us
+    for key in ("aten::conv2d", "aten::mm", "aten::addmm") if exact_windows else ():
         mine = {e.key: e.cpu_memory_usage for e in ours.key_averages()}
         torch_ = {e.key: e.cpu_memory_usage for e in theirs.key_averages()}
         if key in torch_:

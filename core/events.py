@@ -127,6 +127,11 @@ FIELDS: dict[str, Field] = {
     "flow_id": Field("int64", 0, doc="Chrome flow id (0 = none)"),
     "flow_type": Field("int8", 0, doc="1 = fwdbwd, 2 = ac2g"),
     "flow_start": Field("bool", False, doc="this event starts its flow"),
+    "trace_only": Field(
+        "bool",
+        False,
+        doc="in the trace only, not in events() or tables (torch < 2.12 lists no python_function events)",
+    ),
     "python_id": Field("int64", -1, doc="python_function events: id"),
     "python_parent_id": Field("int64", -1, doc="python_function events: parent id"),
     "stream": Field("int64", -1, doc="device events: stream or queue id"),
@@ -375,10 +380,24 @@ def _concat_field(batches: Sequence[EventBatch], field: str) -> tuple[np.ndarray
         remap = np.empty(len(source_table) + 1, dtype=np.int32)
         remap[-1] = -1  # "no value" stays -1
         for i, value in enumerate(source_table):
-            idx = lookup.get(value)
+            key = _merge_key(value)
+            idx = lookup.get(key)
             if idx is None:
-                idx = lookup[value] = len(merged)
+                idx = lookup[key] = len(merged)
                 merged.append(value)
             remap[i] = idx
         parts.append(remap[batch[field]])
     return np.concatenate(parts), tuple(merged)
+
+
+#: Tags the ``repr`` key of an unhashable table value, so it never equals a hashable value.
+_UNHASHABLE = object()
+
+
+def _merge_key(value: Any) -> Any:
+    """``value`` where hashable; else its ``repr`` (as ``intern_structured_column`` tells them apart)."""
+    try:
+        hash(value)
+    except TypeError:
+        return (_UNHASHABLE, repr(value))
+    return value

@@ -333,6 +333,8 @@ class _EventStore:
             return [table[i] for i in getattr(t, column).tolist()]
         if name in _RAW_FIELDS:
             return _raw_values(t, name)
+        if name == "thread":  # torch's thread ids are unsigned: an unset one reads 2**64 - 1, not -1
+            return np.asarray(t.thread, dtype=np.int64).view(np.uint64).tolist()
         values = getattr(t, name).tolist()
         zero = _ZERO_WHERE.get(name)
         if zero is not None:  # torch returns the int 0 there, not 0.0

@@ -56,8 +56,8 @@ class TorchFeatures:
     def minor(self) -> tuple[int, int]:
         return self.version[:2]
 
-    def at_least(self, major: int, minor: int) -> bool:
-        return self.version[:2] >= (major, minor)
+    def at_least(self, major: int, minor: int, patch: int = 0) -> bool:
+        return self.version >= (major, minor, patch)
 
     def has_accessor(self, name: str) -> bool:
         return name in self.event_accessors

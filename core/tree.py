@@ -790,8 +790,9 @@ def _row_column(
         tid = _gather(batch, "tid", source)
         if name == "device_resource_id":
             return np.where(syn, thread, tid)  # torch: device_resource_id defaults to the thread
-        # Kineto reports the process id as the "device" of CPU-side events.
-        cpu_side = np.isin(kind, _CPU_SIDE_KINDS)
+        # Kineto reports the process id as the "device" of CPU-side events, except for the Python
+        # frames of a thread torch never saw run (tid 0): it knows neither their process nor thread.
+        cpu_side = np.isin(kind, _CPU_SIDE_KINDS) & (tid != 0)
         values = np.where(
             cpu_side, _gather(batch, "pid", source), _gather(batch, "device_index", source, np.int64)
         )
@@ -950,7 +951,8 @@ class _Builder:
         n = len(b)
         mem_id = names.index(MEMORY_EVENT_NAME) if MEMORY_EVENT_NAME in names else -2
         oom_id = names.index(OUT_OF_MEMORY_EVENT_NAME) if OUT_OF_MEMORY_EVENT_NAME in names else -2
-        kept = np.flatnonzero(~filtered[name_col])
+        # Rows torch writes to its trace but lists in no events() never enter the tree.
+        kept = np.flatnonzero(~filtered[name_col] & ~b["trace_only"])
         mem = np.flatnonzero(name_col == mem_id)
         oom = np.flatnonzero(name_col == oom_id)
 

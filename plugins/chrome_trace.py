@@ -150,11 +150,15 @@ class KinetoLayout:
     #: events, and every event starts with ``"ph"``; earlier releases put them after the events
     #: and start metadata events and global instants with ``"name"``.
     metadata_first: bool = True
-    #: torch 2.13+ (kineto 628e1d0f): the top level has ``host_name``.
+    #: torch 2.12.1+ (kineto 628e1d0f; measured: 2.12.1 has it, 2.11.0 not): the top level has
+    #: ``host_name``.
     host_name: bool = True
     #: torch 2.8+: ops recorded with an overload name are written ``aten::add.Tensor``; 2.7 records
     #: overload names (``capture_overload_names``) but writes plain ``aten::add``.
     overload_in_names: bool = True
+    #: torch 2.7 only: every op, annotation and Python function carries ``"finished": true`` in its
+    #: args (2.6 and 2.8+ do not; measured on 2.6.0, 2.7.1, 2.8.0).
+    finished_in_op_args: bool = False
 
 
 NEWEST_LAYOUT = KinetoLayout()
@@ -171,8 +175,9 @@ def kineto_layout() -> KinetoLayout:
     return KinetoLayout(
         time_keys_first=features.at_least(2, 8),
         metadata_first=features.at_least(2, 12),
-        host_name=features.at_least(2, 13),
+        host_name=features.at_least(2, 12, 1),
         overload_in_names=features.at_least(2, 8),
+        finished_in_op_args=features.at_least(2, 7) and not features.at_least(2, 8),
     )
 
 
@@ -484,8 +489,9 @@ class _ArgsText:
     tracer kept one, else the standard args generated from its columns.
     """
 
-    def __init__(self, cols: _Columns) -> None:
+    def __init__(self, cols: _Columns, layout: KinetoLayout = NEWEST_LAYOUT) -> None:
         self.cols = cols
+        self.ev_idx_head = ', "finished": true, "Ev Idx": ' if layout.finished_in_op_args else ', "Ev Idx": '
         kind = cols.kind
         if cols.has("args"):
             fragments = _clean_fragments(cols.batch.table("args"))
@@ -560,12 +566,13 @@ class _ArgsText:
     def _op_standard(self, idx: np.ndarray) -> list[str]:
         # Kineto's standard args from the columns.
         cols = self.cols
+        ev_idx_head = self.ev_idx_head
         dims = self._optional(self.shapes_args, "shapes", idx)
         stacks = self._optional(self.stack_args, "stack", idx)
         return [
             (f', "args": {{"External id": {c}, "Record function id": 0' if c else _OP_ARGS_HEAD)
             + (f', "Sequence number": {q}, "Fwd thread id": {f}' if q >= 0 else "")
-            + f'{d}{st}, "Ev Idx": {e}}}'
+            + f"{d}{st}{ev_idx_head}{e}}}"
             for c, q, f, d, st, e in zip(
                 cols.col("correlation_id")[idx].tolist(),
                 cols.col("sequence_nr")[idx].tolist(),
@@ -596,10 +603,11 @@ class _ArgsText:
 
     def _python(self, idx: np.ndarray) -> list[str]:
         cols = self.cols
+        ev_idx_head = self.ev_idx_head
         stacks = self._optional(self.stack_args, "stack", idx)
         return [
             f', "args": {{"Python thread": {t}, "Python parent id": {"null" if p < 0 else p}, '
-            f'"Python id": {i}{st}, "Ev Idx": {e}}}'
+            f'"Python id": {i}{st}{ev_idx_head}{e}}}'
             for t, p, i, st, e in zip(
                 cols.col("thread")[idx].tolist(),
                 cols.col("python_parent_id")[idx].tolist(),
@@ -728,13 +736,18 @@ def _lane_metadata(
         return _metadata_event_text(*fields, layout=layout)
 
     host = _kind_mask(cols.kind, HOST_KINDS)
-    host_pids = sorted(set(np.unique(pid[host]).tolist()) | ({trace.pid} if trace.pid else set()))
+    # The Python frames of a thread torch never saw run (one blocked in a wait all along) come
+    # with tid 0. torch 2.6 and 2.7 put them on pid 0 and name that thread but not the process;
+    # 2.11+ put them on the process and name neither (2.13: thread id 2**64 - 1 in events()).
+    host_pids = sorted((set(np.unique(pid[host]).tolist()) | {trace.pid}) - {0})
     for p in host_pids:
         lines.append(meta("process_name", ts, p, 0, "name", '"python"'))
         lines.append(meta("process_labels", ts, p, 0, "labels", '"CPU"'))
         lines.append(meta("process_sort_index", ts, p, 0, "sort_index", str(p)))
     if host.any():
         for p, t in _unique_pairs(pid[host], tid[host]):
+            if t == 0 and p != 0:
+                continue
             lines.append(
                 meta("thread_name", ts, p, t, "name", json_string(f"thread {t} (python)"))
             )
@@ -796,7 +809,7 @@ class _EventText:
             else cols.col("name").astype(np.int64)
         )
         self.names.append('""')  # index -1 reads the last slot
-        self.args = _ArgsText(cols)
+        self.args = _ArgsText(cols, layout)
         self.instant = _kind_mask(cols.kind, (EventKind.MEMORY, EventKind.OUT_OF_MEMORY))
         # Kineto moves GPU user annotations 1 ns earlier and 2 ns longer so they
         # enclose the kernels they start with in Chrome's nesting.

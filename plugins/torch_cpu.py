@@ -30,7 +30,7 @@ from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities, Tracer
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
-from polyprof.events import EventBatch, EventKind, intern_column, intern_structured_column
+from polyprof.events import EventBatch, EventKind, concat, intern_column, intern_structured_column
 from polyprof.hookspecs import hookimpl
 from polyprof.session import user_stacklevel
 
@@ -123,14 +123,16 @@ def _trace_args_by_event(result: Any, events: list[Any]) -> list[str | None]:
     ]
 
 
-def _saved_trace_columns(result: Any, events: list[Any], *, with_args: bool) -> dict[str, tuple]:
+def _saved_trace_columns(
+    result: Any, events: list[Any], *, with_args: bool, saved: SavedKinetoTrace | None = None
+) -> dict[str, tuple]:
     """The flow columns (and the args, ``with_args``) of ``events``, from torch's own writer.
 
     For torch without the ``flow_*`` accessors (before 2.13): its writer still
     draws the fwdbwd flows, so one ``result.save`` gives both flows and args
-    (torch writes a result once).
+    (torch writes a result once). ``saved``: that file, where it was read already.
     """
-    rows = _saved_trace_rows(result, events)
+    rows = saved.rows_for(events) if saved is not None else _saved_trace_rows(result, events)
     columns: dict[str, tuple] = {
         field: (np.asarray(values, dtype=dtype), None)
         for (field, dtype), values in zip(
@@ -202,72 +204,146 @@ class _SavedRows:
 
 
 def _saved_trace_rows(result: Any, events: list[Any]) -> _SavedRows:
-    """Match ``events`` to the host events of the trace torch's own writer writes for ``result``.
+    """Match ``events`` to the host events of the trace torch's own writer writes for ``result``."""
+    saved = SavedKinetoTrace.read(result)
+    return saved.rows_for(events) if saved is not None else _SavedRows([None] * len(events), {})
 
-    A file torch wrote as invalid JSON (unescaped quotes in names, before
-    2.15) or a result torch already wrote (it writes one once) matches
-    nothing: the exporter then writes the standard args from the columns and
-    no flows, and the log says why.
+
+class SavedKinetoTrace:
+    """The host events of the trace torch's own writer writes for a result, read once.
+
+    torch writes a result only once, so everything polyprof takes from that
+    file (args and flows before 2.13, python_function events before 2.12) is
+    taken from one read. A file torch wrote as invalid JSON (unescaped quotes
+    in names, before 2.15) or a result torch already wrote gives ``None`` from
+    ``read``, with the reason logged: the exporter then writes the standard
+    args from the columns and no flows.
     """
-    import tempfile
 
-    import orjson
-    from polyprof.chrome_reader import us_to_ns
+    def __init__(
+        self, host: list[dict[str, Any]], starts: list[int], flows: dict[int, tuple[int, int, bool]]
+    ) -> None:
+        self.host = host  # cpu_op, user_annotation, python_function and instant events, in file order
+        self.starts = starts  # their start, Unix-epoch ns
+        self.flows = flows  # id(host event) -> (flow id, flow type, starts here)
 
-    unmatched = _SavedRows([None] * len(events), {})
-    fd, path = tempfile.mkstemp(prefix="polyprof-kineto-", suffix=".json")
-    os.close(fd)
-    try:
+    @classmethod
+    def read(cls, result: Any) -> SavedKinetoTrace | None:
+        import tempfile
+
+        import orjson
+        from polyprof.chrome_reader import us_to_ns
+
+        fd, path = tempfile.mkstemp(prefix="polyprof-kineto-", suffix=".json")
+        os.close(fd)
         try:
-            result.save(path)
-        except RuntimeError as exc:  # "Trace is already saved."
-            log.warning("kineto_trace_unavailable", reason=f"torch could not write this result: {exc}")
-            return unmatched
-        with open(path, "rb") as file:
-            raw = file.read()
-    finally:
+            try:
+                result.save(path)
+            except RuntimeError as exc:  # "Trace is already saved."
+                log.warning("kineto_trace_unavailable", reason=f"torch could not write this result: {exc}")
+                return None
+            with open(path, "rb") as file:
+                raw = file.read()
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         try:
-            os.unlink(path)
-        except OSError:
-            pass
-    try:
-        text = raw.decode()
-    except UnicodeDecodeError:  # names torch read from freed memory: replaced, as the decoder does
-        text = raw.decode(errors="replace")
-        log.warning("kineto_trace_undecodable_bytes_replaced")
-    del raw
-    try:
-        doc = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        log.warning("kineto_trace_unavailable", reason=f"torch wrote invalid JSON: {exc}")
-        return unmatched
-    del text
-    host: list[dict[str, Any]] = []
-    flows: dict[int, tuple[int, int, bool]] = {}
-    last: dict[str, Any] | None = None
-    for ev in doc.get("traceEvents", ()):
-        ph = ev.get("ph")
-        if ph in ("s", "f"):  # Kineto writes a flow right after the slice it binds to
-            flow_type = _FLOW_TYPES.get(ev.get("cat", ""))
-            if last is not None and flow_type is not None:
-                flows[id(last)] = (int(ev.get("id", 0)), flow_type, ph == "s")
-            continue
-        last = None
-        if ev.get("cat") in _HOST_TRACE_CATEGORIES and isinstance(ev.get("args"), dict):
-            host.append(ev)
-            last = ev
-    base = int(doc.get("baseTimeNanoseconds", 0))
-    starts = (us_to_ns([ev.get("ts", 0) for ev in host]) + base).tolist() if host else []
-    pending: dict[int, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-    for ev, start in zip(host, starts, strict=True):
-        pending[start].append((str(ev.get("name", "")), ev))
-    for queue in pending.values():
-        queue.reverse()  # popped from the end: first in the file, first matched
-    rows = [
-        _pop_match(queue, name)[1] if (queue := pending.get(start)) else None
-        for name, start in zip(_kineto_names(events), map(_accessor(events, "start_ns"), events), strict=True)
-    ]
-    return _SavedRows(rows, flows)
+            text = raw.decode()
+        except UnicodeDecodeError:  # names torch read from freed memory: replaced, as the decoder does
+            text = raw.decode(errors="replace")
+            log.warning("kineto_trace_undecodable_bytes_replaced")
+        del raw
+        try:
+            doc = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            log.warning("kineto_trace_unavailable", reason=f"torch wrote invalid JSON: {exc}")
+            return None
+        del text
+        host: list[dict[str, Any]] = []
+        flows: dict[int, tuple[int, int, bool]] = {}
+        last: dict[str, Any] | None = None
+        for ev in doc.get("traceEvents", ()):
+            ph = ev.get("ph")
+            if ph in ("s", "f"):  # Kineto writes a flow right after the slice it binds to
+                flow_type = _FLOW_TYPES.get(ev.get("cat", ""))
+                if last is not None and flow_type is not None:
+                    flows[id(last)] = (int(ev.get("id", 0)), flow_type, ph == "s")
+                continue
+            last = None
+            if ev.get("cat") in _HOST_TRACE_CATEGORIES and isinstance(ev.get("args"), dict):
+                host.append(ev)
+                last = ev
+        base = int(doc.get("baseTimeNanoseconds", 0))
+        starts = (us_to_ns([ev.get("ts", 0) for ev in host]) + base).tolist() if host else []
+        return cls(host, starts, flows)
+
+    def rows_for(self, events: list[Any]) -> _SavedRows:
+        """The saved event of each of ``events`` (by name as Kineto writes it and start; ties in order)."""
+        pending: dict[int, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+        for ev, start in zip(self.host, self.starts, strict=True):
+            pending[start].append((str(ev.get("name", "")), ev))
+        for queue in pending.values():
+            queue.reverse()  # popped from the end: first in the file, first matched
+        rows = [
+            _pop_match(queue, name)[1] if (queue := pending.get(start)) else None
+            for name, start in zip(
+                _kineto_names(events), map(_accessor(events, "start_ns"), events), strict=True
+            )
+        ]
+        return _SavedRows(rows, self.flows)
+
+    def python_function_batch(self) -> EventBatch:
+        """The python_function events of the file, as trace-only rows.
+
+        torch before 2.12 writes its Python tracer's frames into the trace but
+        lists none of them in ``events()``: polyprof's trace takes them from
+        here, and ``events()`` / tables leave them out (the ``trace_only``
+        column), as torch's do. pid and tid are as torch wrote them (0 for
+        frames of threads torch does not track); polyprof's own bus-thread
+        frames are left out.
+        """
+        import orjson
+        from polyprof.chrome_reader import us_to_ns
+
+        picked = [i for i, ev in enumerate(self.host) if ev.get("cat") == "python_function"]
+        n = len(picked)
+        if not n:
+            return EventBatch.empty(SOURCE)
+        events = [self.host[i] for i in picked]
+        name_idx, names = _intern_stream((str(ev.get("name", "")) for ev in events), n)
+        args = [ev["args"] for ev in events]
+        py_id = np.array([_as_int64(a.get("Python id"), -1) for a in args], dtype=np.int64)
+        py_parent = np.array([_as_int64(a.get("Python parent id"), -1) for a in args], dtype=np.int64)
+        kind = np.full(n, EventKind.PYTHON_FUNCTION, dtype=np.int8)
+        own = _own_python_frames(kind, names, name_idx, py_id, py_parent)
+        if own.any():
+            orphans = _orphaned_by(own, py_id, py_parent)
+            py_parent[orphans] = -1
+            for i in np.flatnonzero(orphans).tolist():
+                args[i] = {**args[i], "Python parent id": None}
+        columns = {
+            "kind": kind,
+            "name": name_idx,
+            "start_ns": np.array([self.starts[i] for i in picked], dtype=np.int64),
+            "dur_ns": us_to_ns([ev.get("dur", 0) for ev in events]),
+            "pid": np.array([_as_int64(ev.get("pid"), 0) for ev in events], dtype=np.int64),
+            "tid": np.array([_as_int64(ev.get("tid"), 0) for ev in events], dtype=np.int64),
+            "python_id": py_id,
+            "python_parent_id": py_parent,
+            "trace_only": np.ones(n, dtype=bool),
+        }
+        columns["args"], args_table = intern_column(orjson.dumps(a).decode()[1:-1] for a in args)
+        batch = EventBatch.build(SOURCE, columns, {"name": names, "args": args_table})
+        return batch.take(np.flatnonzero(~own)) if own.any() else batch
+
+
+def _as_int64(value: Any, default: int) -> int:
+    """A JSON id as int64: ``default`` for null; unsigned 64-bit values (2**64 - 1) keep their bits."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return default
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 #: What device attribution (polyprof.attribution) reads of every op: decoded at once when a
@@ -321,8 +397,12 @@ class _DeferredDecoder:
         with_args: bool,
         keep: np.ndarray | None = None,
         structured: tuple[tuple[str, str], ...] = (),
+        saved: SavedKinetoTrace | None = None,
+        rerooted: np.ndarray | None = None,
     ) -> None:
         self._result = result
+        self._rerooted = rerooted  # frames whose parent was one of polyprof's own: roots now
+        self._saved = saved  # torch's own trace of the result, where decoding read it already
         self._keep = keep
         self._scalars = scalars
         self._structured = structured
@@ -350,6 +430,7 @@ class _DeferredDecoder:
         result, self._result = self._result, None
         columns = self._read(result)
         del result  # the last reference: torch frees its C++ result here
+        self._saved = None
         release_free_heap()
         return columns
 
@@ -366,9 +447,13 @@ class _DeferredDecoder:
             if not torch_support.installed().has_accessor("flow_id"):
                 # torch < 2.13 has no flow accessors, yet its writer draws the fwdbwd flows: both
                 # flows and args come from one result.save (torch writes a result only once).
-                columns.update(_saved_trace_columns(result, events, with_args=self._with_args))
+                columns.update(
+                    _saved_trace_columns(result, events, with_args=self._with_args, saved=self._saved)
+                )
             elif self._with_args:
                 columns["args"] = intern_column(_trace_args_by_event(result, events))
+            if "args" in columns and self._rerooted is not None and len(self._rerooted):
+                columns["args"] = _without_python_parent(*columns["args"], self._rerooted)
         return columns
 
 
@@ -433,6 +518,10 @@ def _visible_events(result: Any) -> list[Any]:
 _OWN_THREAD_FRAME = re.compile(
     r"anyio/from_thread\.py\(\d+\): run_blocking_portal$|(^|/)(polyprof|core)/bus\.py\(\d+\): _shut_down$"
 )
+#: The first frame of every ``threading.Thread``. torch chains the stacks of the threads it never
+#: saw run (blocked all along) into one: each such thread's entry names the previous thread's
+#: innermost frame as its parent. Call trees are cut here so each thread is its own tree.
+_THREAD_ENTRY_FRAME = re.compile(r"(^|/)threading\.py\(\d+\): _bootstrap$")
 
 
 def _own_python_frames(
@@ -451,11 +540,12 @@ def _own_python_frames(
     own_frame = marks[name_idx[python]]
     if not own_frame.any():
         return np.zeros(len(kind), dtype=bool)
+    entries = np.array([bool(_THREAD_ENTRY_FRAME.search(n)) for n in names] + [False], dtype=bool)
     # Root of every frame's call tree, by following parent ids (a loop per depth level).
     ids = py_id[python]
     order = np.argsort(ids)
     sorted_ids = ids[order]
-    parent = py_parent[python]
+    parent = np.where(entries[name_idx[python]], -1, py_parent[python])
     root = ids.copy()
     current = parent.copy()
     for _ in range(10_000):
@@ -470,6 +560,34 @@ def _own_python_frames(
     mask = np.zeros(len(kind), dtype=bool)
     mask[python[np.isin(root, own_roots)]] = True
     return mask
+
+
+_PYTHON_PARENT_ARG = re.compile(r'"Python parent id": *-?\d+')
+#: The same with its separator, for removal: first key (comma after) or a later one (comma before).
+_PYTHON_PARENT_ITEM = re.compile(r'^\s*"Python parent id": *-?\d+\s*,\s*|\s*,\s*"Python parent id": *-?\d+')
+
+
+def _without_python_parent(
+    indices: np.ndarray, table: tuple, rows: np.ndarray
+) -> tuple[np.ndarray, tuple]:
+    """The args column with the fragments of ``rows`` written as torch writes a root frame's:
+    ``"Python parent id": null`` (before 2.15) or no such key (2.15+)."""
+    omit = torch_support.installed().at_least(2, 15)
+    fragments = [table[i] if i >= 0 else None for i in indices.tolist()]
+    for row in rows.tolist():
+        fragment = fragments[row]
+        if fragment is not None:
+            if omit:
+                fragments[row] = _PYTHON_PARENT_ITEM.sub("", fragment, count=1)
+            else:
+                fragments[row] = _PYTHON_PARENT_ARG.sub('"Python parent id": null', fragment, count=1)
+    return intern_column(fragments)
+
+
+def _orphaned_by(own: np.ndarray, py_id: np.ndarray, py_parent: np.ndarray) -> np.ndarray:
+    """Frames kept whose parent is one of polyprof's own (torch chained their thread to it): roots
+    now, with no parent, as in torch.profiler's run, which has no bus thread to chain to."""
+    return ~own & (py_parent >= 0) & np.isin(py_parent, py_id[own])
 
 
 UNDECODABLE_NAME = "<undecodable name>"
@@ -598,11 +716,14 @@ def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventB
     )
     del events  # the wrappers cost ~330 bytes per event; the deferred pass fetches them again
     release_free_heap()
-    keep = None
+    keep = rerooted = None
     if config.with_stack:
         own = _own_python_frames(kind, names, name_idx, columns["python_id"], columns["python_parent_id"])
         if own.any():
+            orphans = _orphaned_by(own, columns["python_id"], columns["python_parent_id"])
+            columns["python_parent_id"][orphans] = -1
             keep = np.flatnonzero(~own)
+            rerooted = np.flatnonzero(orphans[keep])
             columns = {field: values[keep] for field, values in columns.items()}
     features = torch_support.installed()
     if features.has_accessor(MODULE_ID[1]):
@@ -612,9 +733,24 @@ def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventB
         for field, accessor, with_shapes in DEFERRED_STRUCTURED
         if features.has_accessor(accessor) and (config.record_shapes or config.with_flops or not with_shapes)
     )
-    deferred = _DeferredDecoder(result, deferred_scalars, with_args, keep, structured)
+    saved = trace_only = None
+    if config.with_stack and not features.has_accessor("is_python_function"):
+        # torch < 2.12 lists no python_function events in events(), only in the trace its writer
+        # writes: read that once, now, for them (and later for the args and flows of the rest).
+        saved = SavedKinetoTrace.read(result)
+        if saved is None:
+            notes.append(
+                "torch's own trace of this result could not be read (see the log), so the trace "
+                "has no python_function events"
+            )
+        else:
+            trace_only = saved.python_function_batch()
+    deferred = _DeferredDecoder(result, deferred_scalars, with_args, keep, structured, saved, rerooted)
     batch = EventBatch.build(SOURCE, columns, tables, {f: deferred.provider(f) for f in deferred.fields()})
-    return batch, {"start_ns": int(result.trace_start_ns()), "notes": notes}
+    facts = {"start_ns": int(result.trace_start_ns()), "notes": notes}
+    if trace_only is not None and len(trace_only):
+        batch = concat([batch, trace_only])
+    return batch, facts
 
 
 def _experimental_config(config: ProfileConfig) -> Any:

@@ -54,6 +54,7 @@ from polyprof.plugins.chrome_trace import (
 )
 from polyprof.testing import make_plugin_manager_for_tests
 from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, Trace
+from polyprof.tree import EventTree
 
 #: torch's base time in reference/torch_profiler.md §3 (a trimonth boundary).
 BASE = 1_790_857_026_000_000_000
@@ -1352,19 +1353,7 @@ def torch_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     ours_path = directory / "ours.json"
     write_chrome_trace(trace, ours_path, layout=chrome_trace.kineto_layout())
     torch_doc = load_torch_file(torch_path)
-    # Known gap (docs/torch-versions.md): torch without is_python_function (2.6-2.11) lists no
-    # python_function events in events(), only in its trace, and polyprof's trace lacks them.
-    # They are compared without them here; test_python_function_trace_gap_on_older_torch pins it.
-    python_function_gap = bool(flags.get("with_stack")) and not torch_support.installed().has_accessor(
-        "is_python_function"
-    )
-    if python_function_gap:
-        torch_doc = dict(
-            torch_doc, traceEvents=[e for e in torch_doc["traceEvents"] if e.get("cat") != "python_function"]
-        )
     return {
-        "python_function_gap": python_function_gap,
-        "torch_full": load_torch_file(torch_path),
         "torch": torch_doc,
         "torch_path": torch_path,
         "ours": load_exact(ours_path),
@@ -1430,10 +1419,7 @@ def test_differential_args(torch_run: dict[str, Any]) -> None:
 
     theirs, ours = args_by_event(torch_run["torch"]), args_by_event(torch_run["ours"])
     assert ours == theirs, {"only torch": list(theirs - ours)[:3], "only ours": list(ours - theirs)[:3]}
-    expected = VARIANT_CATEGORIES[torch_run["variant"]] - (
-        {"python_function"} if torch_run["python_function_gap"] else set()
-    )
-    assert {e["cat"] for e in _recorded(torch_run["ours"])} == expected
+    assert {e["cat"] for e in _recorded(torch_run["ours"])} == VARIANT_CATEGORIES[torch_run["variant"]]
     if torch_run["variant"] == "all_threads":
         assert len({e["tid"] for e in _recorded(torch_run["ours"])}) == 2, "main thread and worker"
 
@@ -1530,8 +1516,6 @@ def test_reader_reads_torchs_file_back_to_the_raw_events(torch_run: dict[str, An
     """torch's own file -> our reader gives what decode_result read from the raw result."""
     batch: EventBatch = torch_run["batch"]
     back = read_chrome_trace(torch_run["torch_path"]).events
-    if torch_run["python_function_gap"]:  # the raw result of such a torch has no python_function events
-        back = back.take(back["kind"] != int(EventKind.PYTHON_FUNCTION))
     with_shapes = torch_run["variant"] != "plain"
 
     def rows(b: EventBatch) -> Counter:
@@ -1707,21 +1691,27 @@ def test_end_to_end_trace_shape_matches_torchs(tmp_path: Path) -> None:
         assert ours[part] == theirs[part], part
     for kind, orders in ours["key_orders"].items():
         assert orders <= theirs["key_orders"][kind], kind
-    if flags["capture_overload_names"]:
-        assert ours["ops"]["aten::add.Tensor"] == 1
+    if flags["capture_overload_names"] and chrome_trace.kineto_layout().overload_in_names:
+        assert ours["ops"]["aten::add.Tensor"] == 1  # torch 2.7 records overloads but writes plain names
 
 
-def test_python_function_trace_gap_on_older_torch(torch_run: dict[str, Any]) -> None:
-    """The documented gap, pinned: where it applies torch writes python_function events and polyprof not.
+def test_python_functions_torch_lists_only_in_its_trace_stay_out_of_events(torch_run: dict[str, Any]) -> None:
+    """torch < 2.12 writes python_function events to its trace but lists none in ``events()``.
 
-    When polyprof's trace gains them on torch 2.6-2.11, this test fails and the gap's
-    documentation and the filtering in ``torch_run`` go.
+    polyprof's trace has them (the differential tests compare them with torch's); they are
+    ``trace_only`` rows, which the tree behind ``events()`` and every table leaves out.
     """
-    if not torch_run["python_function_gap"]:
-        if torch_run["config"].with_stack:
-            cats = {e.get("cat") for e in _recorded(torch_run["ours"])}
-            assert "python_function" in cats
+    from polyprof import torch_support
+
+    batch: EventBatch = torch_run["batch"]
+    python = batch["kind"] == int(EventKind.PYTHON_FUNCTION)
+    if not torch_run["config"].with_stack:
+        assert not python.any()
         return
-    theirs = [e for e in _recorded(torch_run["torch_full"]) if e.get("cat") == "python_function"]
-    ours = [e for e in _recorded(torch_run["ours"]) if e.get("cat") == "python_function"]
-    assert theirs and not ours
+    assert python.any()
+    lists_python_functions = torch_support.installed().has_accessor("is_python_function")
+    assert (batch["trace_only"][python] == (not lists_python_functions)).all()
+    assert not batch["trace_only"][~python].any()
+    tree = EventTree.from_trace(torch_run["trace"], use_device=None)
+    in_tree = np.isin(batch["kind"][tree.source[~tree.synthetic]], int(EventKind.PYTHON_FUNCTION))
+    assert in_tree.any() == lists_python_functions

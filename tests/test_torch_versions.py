@@ -7,16 +7,22 @@ does, and compares polyprof with that torch's own profiler.
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from polyprof import torch_support
 from polyprof.activity import ProfilerActivity as PA
 from polyprof.config import ProfileConfig
+from polyprof.events import EventBatch, EventKind, concat
+from polyprof.trace import Trace
+from polyprof.tree import EventTree
 
 torch = pytest.importorskip("torch")
 from torch._C._profiler import _ExperimentalConfig  # noqa: E402
@@ -246,14 +252,19 @@ class _FakeEvent:
 
 
 class _FakeResult:
-    def __init__(self, events: list[_FakeEvent]) -> None:
+    def __init__(self, events: list[_FakeEvent], trace_events: list[dict] | None = None) -> None:
         self._events = events
+        self._trace_events = trace_events or []
 
     def events(self) -> list[_FakeEvent]:
         return self._events
 
     def trace_start_ns(self) -> int:
         return 100
+
+    def save(self, path: str) -> None:
+        """torch's writer: the trace of the result (here only what the test gives)."""
+        Path(path).write_text(json.dumps({"baseTimeNanoseconds": 0, "traceEvents": self._trace_events}))
 
 
 def test_an_undecodable_stack_is_replaced_and_noted_not_fatal() -> None:
@@ -263,6 +274,130 @@ def test_an_undecodable_stack_is_replaced_and_noted_not_fatal() -> None:
     assert batch.values("name") == ["aten::add", "aten::mul"]
     assert batch.values("stack") == [("file.py(1): f",), (torch_cpu.UNDECODABLE_FRAME,)]
     assert len(facts["notes"]) == 1 and "1 Python stack(s)" in facts["notes"][0]
+
+
+def _python_frame(
+    name: str, ts_us: float, py_id: int, parent: int | None, *, tid: int = 7, pid: int = 5
+) -> dict:
+    return {
+        "ph": "X",
+        "cat": "python_function",
+        "name": name,
+        "pid": pid,
+        "tid": tid,
+        "ts": ts_us,
+        "dur": 1.5,
+        "args": {"Python parent id": parent, "Python id": py_id, "Ev Idx": 10 + py_id},
+    }
+
+
+def test_python_functions_only_torchs_writer_has_become_trace_only_rows() -> None:
+    """torch < 2.12 writes its Python tracer's frames only to its trace: they come back as trace-only
+    rows, pid/tid as torch wrote them, without polyprof's own bus-thread call tree."""
+    trace_events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 5, "tid": 7, "ts": 0.1, "dur": 0.01},
+        _python_frame("train.py(3): <module>", 0.05, 1, None),
+        _python_frame("train.py(9): step", 0.06, 2, 1),
+        # an untracked thread's frame: torch writes pid and tid 0 and an unset thread as 2**64 - 1
+        _python_frame("tqdm/_monitor.py(60): run", 0.07, 3, None, tid=0, pid=0),
+        _python_frame("anyio/from_thread.py(490): run_blocking_portal", 0.08, 4, None),
+        _python_frame("polyprof/bus.py(80): _pull", 0.09, 5, 4),
+    ]
+    result = _FakeResult([_FakeEvent("aten::add", 100)], trace_events)
+    saved = torch_cpu.SavedKinetoTrace.read(result)
+    assert saved is not None
+    batch = saved.python_function_batch()
+    assert batch.values("name") == ["train.py(3): <module>", "train.py(9): step", "tqdm/_monitor.py(60): run"]
+    assert batch["trace_only"].all()
+    assert (batch["kind"] == int(EventKind.PYTHON_FUNCTION)).all()
+    assert batch["start_ns"].tolist() == [50, 60, 70] and batch["dur_ns"].tolist() == [1500] * 3
+    assert batch["pid"].tolist() == [5, 5, 0] and batch["tid"].tolist() == [7, 7, 0]
+    assert batch["python_parent_id"].tolist() == [-1, 1, -1]
+    args = json.loads("{" + batch.values("args")[1] + "}")
+    assert args == {"Python parent id": 1, "Python id": 2, "Ev Idx": 12}
+
+
+def test_trace_only_rows_stay_out_of_the_tree_and_tables() -> None:
+    config = ProfileConfig(activities={PA.CPU}, with_stack=True)
+    batch, _ = torch_cpu.decode_result(_FakeResult([_FakeEvent("aten::add", 100)]), config, pid=1)
+    python = EventBatch.build(
+        "test",
+        {
+            "kind": np.array([int(EventKind.PYTHON_FUNCTION)], dtype=np.int8),
+            "name": np.array([0], dtype=np.int32),
+            "start_ns": np.array([90], dtype=np.int64),
+            "dur_ns": np.array([100], dtype=np.int64),
+            "trace_only": np.array([True]),
+        },
+        {"name": ("train.py(3): <module>",)},
+    )
+    trace = Trace(events=concat([batch, python]), config=config, start_ns=50, end_ns=500, pid=1, hostname="h")
+    tree = EventTree.from_trace(trace, use_device=None)
+    assert [trace.events.values("name")[i] for i in tree.source.tolist()] == ["aten::add"]
+
+
+def test_frames_of_a_thread_torch_never_saw_run_are_placed_as_torchs(tmp_path: Path) -> None:
+    """A thread blocked all along has Python frames but no thread id torch knows.
+
+    torch places them on tid 0 (pid 0 on 2.6 and 2.7), names that lane or not by release, and
+    gives their events thread 2**64 - 1. torch also chains such threads' stacks into one; in
+    polyprof's run its bus thread is one of them, and the user's frames must survive its removal.
+    """
+    import os
+    import threading
+
+    stop = threading.Event()
+    blocked = threading.Thread(target=stop.wait, name="blocked-all-along", daemon=True)
+    blocked.start()
+    docs: dict[str, dict] = {}
+    attrs: dict[str, Counter] = {}
+    try:
+        for name, profile_cls, activity in (
+            ("torch", torch_profile, torch.profiler.ProfilerActivity.CPU),
+            ("ours", polyprof.profile, PA.CPU),
+        ):
+            with profile_cls(activities=[activity], with_stack=True) as prof:
+                torch.ones(4).add(1)
+            path = tmp_path / f"{name}.json"
+            prof.export_chrome_trace(str(path))
+            # torch 2.6 to 2.13 may copy frame names from freed memory, invalid JSON included
+            docs[name] = json.loads(path.read_bytes().decode(errors="replace"), strict=False)
+            attrs[name] = Counter(
+                (e.name, e.thread, e.device_index, e.device_resource_id)
+                for e in prof.events()
+                if e.name.startswith("threading.py")
+            )
+    finally:
+        stop.set()
+        blocked.join()
+
+    def unseen_thread_frames(doc: dict) -> Counter:
+        return Counter(
+            (e["name"], e["pid"], e["tid"])
+            for e in doc["traceEvents"]
+            if e.get("cat") == "python_function" and e["tid"] == 0
+        )
+
+    def unseen_lane_metadata(doc: dict) -> set:
+        # other lanes may differ: torch also names live threads that recorded nothing
+        return {
+            (e["name"], e["pid"], e["tid"])
+            for e in doc["traceEvents"]
+            if e.get("ph") == "M" and (e["pid"] == 0 or (e["tid"] == 0 and e["name"].startswith("thread")))
+        }
+
+    theirs = unseen_thread_frames(docs["torch"])
+    # the lane: pid 0 on torch 2.6 and 2.7, the process from 2.10 on (2.8, 2.9: as measured there)
+    assert {pid for name, pid, _ in theirs if name == "threading.py(327): wait"} in ({0}, {os.getpid()})
+    assert unseen_thread_frames(docs["ours"]) == theirs
+    assert unseen_lane_metadata(docs["ours"]) == unseen_lane_metadata(docs["torch"])
+    assert attrs["ours"] == attrs["torch"]
+    ours_roots = [
+        e for e in docs["ours"]["traceEvents"]
+        if e.get("cat") == "python_function" and e["tid"] == 0 and e["name"].endswith(": _bootstrap")
+    ]
+    # a root frame: "Python parent id" null (2.15+: no such key), not the id of a frame left out
+    assert ours_roots and any(e["args"].get("Python parent id") is None for e in ours_roots)
 
 
 # ----------------------------------------------- a torch profiler inside ours

@@ -738,7 +738,7 @@ def _lane_metadata(
     host = _kind_mask(cols.kind, HOST_KINDS)
     # The Python frames of a thread torch never saw run (one blocked in a wait all along) come
     # with tid 0. torch 2.6 and 2.7 put them on pid 0 and name that thread but not the process;
-    # 2.11+ put them on the process and name neither (2.13: thread id 2**64 - 1 in events()).
+    # 2.8+ put them on the process and name neither (2.12+: thread id 2**64 - 1 in events()).
     host_pids = sorted((set(np.unique(pid[host]).tolist()) | {trace.pid}) - {0})
     for p in host_pids:
         lines.append(meta("process_name", ts, p, 0, "name", '"python"'))

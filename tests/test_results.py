@@ -439,7 +439,18 @@ def test_profiler_steps_fold_into_one_key(step_run: Run) -> None:
 def test_memory_rows_and_totals(train_run: Run) -> None:
     ours, theirs = train_run.ours, train_run.theirs
     memory = [e for e in ours if e.name == "[memory]"]
-    assert memory and all(e.flops is None and e.trace_name is None and e.cpu_parent is None for e in memory)
+    assert memory and all(e.flops is None and e.trace_name is None for e in memory)
+
+    def memory_rows(events: Any) -> list[tuple]:
+        return sorted(
+            (e.time_range.start, e.cpu_memory_usage, e.cpu_parent.name if e.cpu_parent else None)
+            for e in events
+            if e.name == "[memory]"
+        )
+
+    # Mostly top-level; but a record inside an op on its thread that the op's window misses (before
+    # 2.11 torch rounds the window through float µs) gets that op as its parent, in torch as here.
+    assert memory_rows(ours) == memory_rows(theirs)
     assert sum(e.cpu_memory_usage for e in ours if e.cpu_parent is None) == sum(
         e.cpu_memory_usage for e in theirs if e.cpu_parent is None
     )

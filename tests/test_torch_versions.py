@@ -387,7 +387,7 @@ def test_frames_of_a_thread_torch_never_saw_run_are_placed_as_torchs(tmp_path: P
         }
 
     theirs = unseen_thread_frames(docs["torch"])
-    # the lane: pid 0 on torch 2.6 and 2.7, the process from 2.10 on (2.8, 2.9: as measured there)
+    # the lane: pid 0 on torch 2.6 and 2.7, the process from 2.8 on
     assert {pid for name, pid, _ in theirs if name == "threading.py(327): wait"} in ({0}, {os.getpid()})
     assert unseen_thread_frames(docs["ours"]) == theirs
     assert unseen_lane_metadata(docs["ours"]) == unseen_lane_metadata(docs["torch"])

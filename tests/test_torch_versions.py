@@ -109,7 +109,12 @@ def test_ops_agree_with_torch_on_this_version() -> None:
         model(x).sum().backward()
     with polyprof.profile(**kwargs) as ours:
         model(x).sum().backward()
-    assert _names(ours) == _names(theirs)
+    ours_names, their_names = _names(ours), _names(theirs)
+    if not FEATURES.at_least(2, 11):
+        # Two runs: before 2.11 torch rounds op windows through float µs, so whether a record at an
+        # op's edge becomes its own [memory] row varies by run (test_results compares them on one).
+        del ours_names["[memory]"], their_names["[memory]"]
+    assert ours_names == their_names
 
 
 def test_profiler_flag_is_set_as_torch_sets_it() -> None:

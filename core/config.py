@@ -41,5 +41,8 @@ class ProfileConfig:
     #: The user's ``torch._C._profiler._ExperimentalConfig``, passed through as is.
     experimental_config: Any = None
     trace_id: str = ""
+    #: Activities torch's own collector records for device plugins (``polyprof_torch_collector_activities``),
+    #: as ``torch.profiler.ProfilerActivity`` member names ("CUDA", "XPU"); filled by the session.
+    torch_activities: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     #: Free-form options for plugins (``polyprof run`` flags, plugin settings).
     options: Mapping[str, Any] = attrs.field(factory=dict)

@@ -11,6 +11,7 @@ the profiling session (the user's thread) unless a docstring says otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import pluggy
@@ -72,6 +73,24 @@ def polyprof_session_start(session: Session) -> None:
 
 
 # ------------------------------------------------------- collect components
+
+
+@hookspec
+def polyprof_torch_collector_activities(config: ProfileConfig) -> Iterable[str] | None:
+    """Name the activities torch's own collector must record for this plugin, besides CPU.
+
+    For a device whose CUPTI or PTI torch's Kineto owns in this process
+    (``ProfilerActivity.CUDA`` / ``XPU`` in ``torch.profiler.supported_activities()``
+    and a device present): polyprof then never calls CUPTI or PTI itself, and
+    the device rows come from torch's raw result (``polyprof.torch_result``).
+    Called once per session, before ``polyprof_make_tracers``; the union of
+    all answers becomes ``config.torch_activities``, which the tracer that
+    drives torch's collector requests. Return nothing for a device this plugin
+    records another way, or when ``config.activities`` does not ask for it.
+
+    :param config: what the user asked to record (``torch_activities`` still empty).
+    :returns: names of ``torch.profiler.ProfilerActivity`` members, e.g. ``["CUDA"]``.
+    """
 
 
 @hookspec

@@ -42,6 +42,7 @@ from polyprof._log import get_logger
 from polyprof.activity import DISTRIBUTION_FOR_ACTIVITY, ProfilerActivity, coerce_activity
 from polyprof.components import Aggregator, Capabilities, Exporter, Subscriber, Tracer, check_component
 from polyprof.errors import ActivityUnavailableError, PluginUnavailable, PolyprofError, PolyprofWarning
+from polyprof.torch_result import TORCH_COLLECTOR_ACTIVITY_NAMES
 
 if TYPE_CHECKING:
     from polyprof.config import ProfileConfig
@@ -725,6 +726,30 @@ class PolyprofPluginManager(pluggy.PluginManager):
                         )
                 raise ActivityUnavailableError("; ".join(problems))
         return tracers
+
+    def torch_collector_activities(self, config: ProfileConfig) -> frozenset[str]:
+        """The union of the activities plugins ask torch's collector to record.
+
+        From ``polyprof_torch_collector_activities``, once per session.
+
+        Raises ``PluginCallError`` for an answer that is not a collection of
+        ``torch.profiler.ProfilerActivity`` member names.
+        """
+        names: set[str] = set()
+        for plugin, answer in self._iter_each("polyprof_torch_collector_activities", {"config": config}):
+            if isinstance(answer, str | bytes) or not all(isinstance(n, str) for n in answer):
+                raise PluginCallError(
+                    f"plugin {plugin!r} answered polyprof_torch_collector_activities with {answer!r}; "
+                    "expected names of torch.profiler.ProfilerActivity members, e.g. ['CUDA']"
+                )
+            unknown = sorted(set(answer) - set(TORCH_COLLECTOR_ACTIVITY_NAMES))
+            if unknown:
+                raise PluginCallError(
+                    f"plugin {plugin!r} asked torch's collector for {', '.join(unknown)}; valid: "
+                    f"{', '.join(TORCH_COLLECTOR_ACTIVITY_NAMES)}"
+                )
+            names.update(answer)
+        return frozenset(names)
 
     def make_subscribers(self, config: ProfileConfig) -> list[Subscriber]:
         """Subscribers from every plugin, in pluggy's call order."""

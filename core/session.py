@@ -23,7 +23,7 @@ from polyprof.attribution import link_launches
 from polyprof.bus import EventBus
 from polyprof.components import Aggregator, Exporter, Subscriber, Tracer
 from polyprof.config import ProfileConfig
-from polyprof.errors import ActivityUnavailableError
+from polyprof.errors import ActivityUnavailableError, PolyprofError
 from polyprof.events import EventBatch, concat
 from polyprof.trace import Trace
 
@@ -123,6 +123,25 @@ def _unavailable_provider(pm: Any, act: ProfilerActivity) -> str | None:
     return None
 
 
+def _connect_torch_result_tracers(tracers: list[Tracer]) -> None:
+    """Give every tracer that decodes torch's collector result to the tracer that drives the collector."""
+    from polyprof.torch_result import TorchCollectorOwner, TorchResultTracer
+
+    clients = [t for t in tracers if isinstance(t, TorchResultTracer)]
+    if not clients:
+        return
+    owners = [t for t in tracers if isinstance(t, TorchCollectorOwner)]
+    if len(owners) != 1:
+        names = ", ".join(t.name for t in clients)
+        raise PolyprofError(
+            f"tracer(s) {names} take their rows from torch's own collector, which needs exactly one tracer "
+            f"driving it (the built-in torch_cpu plugin); found {len(owners)}: "
+            f"{', '.join(t.name for t in owners) or 'none'}"
+        )
+    for client in clients:
+        owners[0].share_results_with(client)
+
+
 @attrs.define(eq=False)
 class Session:
     """Plugins, bus and components for one profiler object."""
@@ -158,7 +177,11 @@ class Session:
         requested = None if activities is None else frozenset(coerce_activity(a) for a in activities)
         chosen = resolve_activities(pm, requested)
         config = ProfileConfig(activities=chosen, trace_id=trace_id, **flags)
+        torch_activities = pm.torch_collector_activities(config)
+        if torch_activities:
+            config = attrs.evolve(config, torch_activities=torch_activities)
         tracers = pm.make_tracers(config)
+        _connect_torch_result_tracers(tracers)
         collector = TraceCollector()
         subscribers = [collector, *pm.make_subscribers(config)]
         aggregators = pm.make_aggregators(config)

@@ -33,6 +33,12 @@ from polyprof.errors import PolyprofError
 from polyprof.events import EventBatch, EventKind, concat, intern_column, intern_structured_column
 from polyprof.hookspecs import hookimpl
 from polyprof.session import user_stacklevel
+from polyprof.torch_result import (
+    HOST_ACTIVITY_TYPES,
+    CollectorResult,
+    TorchCollectorOwner,
+    TorchResultTracer,
+)
 
 log = get_logger(__name__)
 
@@ -399,8 +405,10 @@ class _DeferredDecoder:
         structured: tuple[tuple[str, str], ...] = (),
         saved: SavedKinetoTrace | None = None,
         rerooted: np.ndarray | None = None,
+        host_only: bool = False,
     ) -> None:
         self._result = result
+        self._host_only = host_only  # the result holds device rows too: read the host rows only
         self._rerooted = rerooted  # frames whose parent was one of polyprof's own: roots now
         self._saved = saved  # torch's own trace of the result, where decoding read it already
         self._keep = keep
@@ -436,7 +444,7 @@ class _DeferredDecoder:
 
     def _read(self, result: Any) -> dict[str, tuple[np.ndarray, tuple | None]]:
         with _gc_paused():
-            events = _visible_events(result)
+            events = _visible_events(result, host_only=self._host_only)
             if self._keep is not None:
                 events = [events[i] for i in self._keep.tolist()]
             columns: dict[str, tuple[np.ndarray, tuple | None]] = {
@@ -501,15 +509,43 @@ def _intern_stream(values: Any, n: int) -> tuple[np.ndarray, tuple]:
     return indices, tuple(interner)
 
 
-def _visible_events(result: Any) -> list[Any]:
-    """``result.events()`` without the events torch's own parse skips (hidden ones)."""
+def _visible_events(result: Any, *, host_only: bool = False) -> list[Any]:
+    """``result.events()`` without the events torch's own parse skips (hidden ones).
+
+    ``host_only``: without the rows device plugins decode (kernels, copies,
+    runtime and driver calls, ...) when torch's collector recorded device
+    activity for them (``polyprof.torch_result``).
+    """
     events = result.events()
+    if host_only:
+        events = _host_rows(events)
     if not torch_support.installed().has_accessor("is_hidden_event"):
         return events  # a torch without the accessor (2.6) hides nothing: its parse reads every event
     hidden = _column(events, "is_hidden_event", "bool")
     if hidden.any():
         events = [ev for ev, h in zip(events, hidden.tolist(), strict=True) if not h]
     return events
+
+
+def _host_rows(events: list[Any]) -> list[Any]:
+    """The CPU tracer's rows of a result that holds device rows too.
+
+    By Kineto's activity type where torch has the accessor (2.12+). Before,
+    by device type only: runtime and driver calls are CPU-side there and stay
+    with the host rows (docs/cuda.md, "Device rows from torch's collector").
+    """
+    if torch_support.installed().has_accessor("activity_type"):
+        kinds = map(_accessor(events, "activity_type"), events)
+        return [ev for ev, kind in zip(events, kinds, strict=True) if kind in HOST_ACTIVITY_TYPES]
+    cpu = int(_cpu_device_type())
+    device_types = map(_accessor(events, "device_type"), events)
+    return [ev for ev, dt in zip(events, device_types, strict=True) if int(dt) == cpu]
+
+
+def _cpu_device_type() -> Any:
+    from torch._C._autograd import DeviceType
+
+    return DeviceType.CPU
 
 
 #: Frames that only polyprof's own bus threads run: the portal thread's entry, and the closer.
@@ -629,7 +665,8 @@ def _stacks(events: list[Any], notes: list[str]) -> list[tuple[str, ...]]:
 
 
 def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventBatch, dict]:
-    events = _visible_events(result)
+    host_only = bool(config.torch_activities)
+    events = _visible_events(result, host_only=host_only)
     n = len(events)
     notes: list[str] = []
     try:
@@ -745,7 +782,9 @@ def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventB
             )
         else:
             trace_only = saved.python_function_batch()
-    deferred = _DeferredDecoder(result, deferred_scalars, with_args, keep, structured, saved, rerooted)
+    deferred = _DeferredDecoder(
+        result, deferred_scalars, with_args, keep, structured, saved, rerooted, host_only
+    )
     batch = EventBatch.build(SOURCE, columns, tables, {f: deferred.provider(f) for f in deferred.fields()})
     facts = {"start_ns": int(result.trace_start_ns()), "notes": notes}
     if trace_only is not None and len(trace_only):
@@ -840,11 +879,15 @@ class _NestedProfilerGuard:
         self._originals = {}
 
 
-class TorchCpuTracer(Tracer):
-    """Records torch ops, record_function ranges, memory, shapes, FLOPs and stacks."""
+class TorchCpuTracer(Tracer, TorchCollectorOwner):
+    """Records torch ops, record_function ranges, memory, shapes, FLOPs and stacks.
+
+    It drives torch's collector, so it also asks it for the activities device
+    plugins need (``config.torch_activities``) and hands every raw result to
+    their ``TorchResultTracer``s; it decodes only the host rows itself.
+    """
 
     name = SOURCE
-    activities = frozenset({ProfilerActivity.CPU})
     #: torch's result exists only after ``_disable_profiler`` (or a pause for a nested profiler,
     #: which stop then follows): nothing to poll for.
     hands_over_while_recording = False
@@ -852,6 +895,9 @@ class TorchCpuTracer(Tracer):
     def __init__(self, config: ProfileConfig) -> None:
         super().__init__()
         self.config = config
+        # Without CPU asked for, it only drives the collector for the device plugins.
+        self.activities = frozenset({ProfilerActivity.CPU} & config.activities)
+        self._result_tracers: list[TorchResultTracer] = []
         self._state = "idle"
         self._start_ns = 0
         self._end_ns = 0
@@ -884,14 +930,28 @@ class TorchCpuTracer(Tracer):
                 "one's events. Stop it before starting this one."
             )
 
-    def prepare(self) -> None:
-        from torch._C._profiler import ProfilerActivity as TorchActivity
+    def share_results_with(self, tracer: TorchResultTracer) -> None:
+        self._result_tracers.append(tracer)
 
+    def prepare(self) -> None:
         self._check_no_other_profiler()
         self._cfg = self._profiler_config()
-        self._torch_activities = {TorchActivity.CPU}
+        self._torch_activities = _collector_activities(self.config)
         self._prepare_collector()
         self._state = "prepared"
+
+    def _hand_over(self, raw: Any) -> None:
+        """One collector result: to this tracer's outbox when it records CPU, and to every device tracer."""
+        result = CollectorResult(raw)
+        if self.activities:
+            self.outbox.put(result)
+        for tracer in self._result_tracers:
+            tracer.receive(result)
+
+    def _close_outboxes(self) -> None:
+        self.outbox.close()
+        for tracer in self._result_tracers:
+            tracer.results_complete()
 
     def _prepare_collector(self) -> None:
         """torch's ``_prepare_profiler`` with this recording's config and CPU activity filter."""
@@ -941,7 +1001,7 @@ class TorchCpuTracer(Tracer):
             return
         warnings.warn(NESTED_PROFILER_MESSAGE, NestedProfilerWarning, stacklevel=user_stacklevel())
         log.warning("nested_torch_profiler", action="paused")
-        self.outbox.put(_disable_profiler())
+        self._hand_over(_disable_profiler())
         self._state = "paused"
         self._notes.append(
             "a torch profiler ran inside this recording; polyprof paused while it ran, so its ops are "
@@ -968,30 +1028,41 @@ class TorchCpuTracer(Tracer):
         if self._state == "paused":  # the inner profiler never stopped: what it took is its own
             self._state = "idle"
             self._end_ns = time.time_ns()
-            self.outbox.close()
+            self._close_outboxes()
             return
         if self._state != "running":
-            self.outbox.close()
+            self._close_outboxes()
             return
         try:
-            result = _disable_profiler()
+            try:
+                result = _disable_profiler()
+            finally:
+                self._state = "idle"
+                self._end_ns = time.time_ns()
+                _profiler_flag(False)
+            self._hand_over(result)
         finally:
-            self._state = "idle"
-            self._end_ns = time.time_ns()
-            _profiler_flag(False)
-        self.outbox.put(result)
-        self.outbox.close()
+            self._close_outboxes()
 
     def toggle_collection(self, enable: bool, activities: frozenset[ProfilerActivity]) -> None:
         """Pause or resume recording without ending it (torch's ``_toggle_collection_dynamic``)."""
         from torch._C._autograd import _toggle_collection_dynamic
         from torch._C._profiler import ProfilerActivity as TorchActivity
 
-        if ProfilerActivity.CPU in activities and self._state == "running":
-            _toggle_collection_dynamic(enable, {TorchActivity.CPU})
+        if self._state != "running":
+            return
+        chosen = {TorchActivity.CPU} if ProfilerActivity.CPU in activities & self.activities else set()
+        # the device activities this collector records for device plugins, where those are toggled
+        chosen |= {
+            getattr(TorchActivity, name)
+            for name in self.config.torch_activities
+            if name in {a.name for a in activities}
+        }
+        if chosen:
+            _toggle_collection_dynamic(enable, chosen)
 
-    def decode(self, item: Any) -> list[EventBatch]:
-        batch, facts = decode_result(item, self.config)
+    def decode(self, item: CollectorResult) -> list[EventBatch]:
+        batch, facts = decode_result(item.raw, self.config)
         # A recording paused around a nested profiler has several results: the first start counts.
         self._result_start_ns = min(filter(None, (self._result_start_ns, facts["start_ns"])))
         self._notes.extend(facts["notes"])
@@ -1014,9 +1085,26 @@ def polyprof_capabilities() -> Capabilities:
     return Capabilities(activities={ProfilerActivity.CPU}, unavailable_reason=torch_unavailable_reason())
 
 
+def _collector_activities(config: ProfileConfig) -> set[Any]:
+    """torch's activities for ``_prepare_profiler``: CPU when asked, plus what device plugins need."""
+    from torch._C._profiler import ProfilerActivity as TorchActivity
+
+    chosen = {TorchActivity.CPU} if ProfilerActivity.CPU in config.activities else set()
+    for name in sorted(config.torch_activities):
+        activity = getattr(TorchActivity, name, None)
+        if activity is None:
+            valid = sorted(m for m in TorchActivity.__members__ if m != "CPU")
+            raise ValueError(
+                f"a device plugin asked torch's collector for {name!r}, which torch "
+                f"{torch_support.installed().version_text} does not have; it has: {', '.join(valid)}"
+            )
+        chosen.add(activity)
+    return chosen
+
+
 @hookimpl(trylast=True)
 def polyprof_make_tracers(config: ProfileConfig) -> list[Tracer]:
-    if ProfilerActivity.CPU not in config.activities:
+    if ProfilerActivity.CPU not in config.activities and not config.torch_activities:
         return []
     reason = torch_unavailable_reason()
     if reason is not None:

@@ -29,6 +29,7 @@ TORCH_ORACLE_FILES = (
     "test_shim.py",
     "test_stacks.py",
     "test_event_attributes.py",
+    "test_torch_result.py",
     "test_*version*.py",
 )
 

@@ -1,0 +1,209 @@
+"""The one-owner contract: device plugins take their rows from torch's own collector result.
+
+A device plugin names the torch activities it needs (``polyprof_torch_collector_activities``);
+the torch_cpu tracer requests them from torch's collector with CPU and hands every raw result to
+the plugin's ``TorchResultTracer``, which decodes its rows on its own bus task. torch's CPU build
+accepts ``ProfilerActivity.CUDA`` in ``_prepare_profiler`` and records no device rows, so these
+tests drive the real collector; what a GPU build adds is fed through stand-ins.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+import polyprof
+from polyprof.activity import ProfilerActivity
+from polyprof.components import Capabilities
+from polyprof.config import ProfileConfig
+from polyprof.errors import PolyprofError
+from polyprof.events import EventBatch, EventKind
+from polyprof.hookspecs import hookimpl
+from polyprof.registry import PluginCallError
+from polyprof.testing import make_plugin_manager_for_tests
+from polyprof.torch_result import CollectorResult, TorchResultTracer
+
+torch = pytest.importorskip("torch")
+from polyprof.plugins import torch_cpu  # noqa: E402
+
+
+class _KernelsFromCollector(TorchResultTracer):
+    """A device tracer that turns each ``aten::add`` of the result into one kernel row, to show the path."""
+
+    name = "fake_device"
+    activities = frozenset({ProfilerActivity.CUDA})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.received: list[CollectorResult] = []
+        self.decoded_on: set[str] = set()
+        self.stopped_before_results = False
+
+    def stop(self) -> None:
+        self.stopped_before_results = not self.received
+
+    def receive(self, result: CollectorResult) -> None:
+        self.received.append(result)
+        super().receive(result)
+
+    def decode(self, item: CollectorResult) -> list[EventBatch]:
+        self.decoded_on.add(threading.current_thread().name)
+        adds = [ev for ev in item.events() if ev.name() == "aten::add"]
+        n = len(adds)
+        batch = EventBatch.build(
+            self.name,
+            {
+                "kind": np.full(n, EventKind.KERNEL, dtype=np.int8),
+                "name": np.zeros(n, dtype=np.int32),
+                "start_ns": np.array([ev.start_ns() for ev in adds], dtype=np.int64),
+                "dur_ns": np.full(n, 1000, dtype=np.int64),
+                "device_type": np.full(n, 1, dtype=np.int8),
+            },
+            {"name": ("fake_kernel",)},
+        )
+        return [batch]
+
+
+class _DevicePlugin:
+    def __init__(self, activities: Any = ("CUDA",)) -> None:
+        self.tracer = _KernelsFromCollector()
+        self.answer = activities
+        self.asked_with: list[ProfileConfig] = []
+
+    @hookimpl
+    def polyprof_capabilities(self) -> Capabilities:
+        return Capabilities(activities={ProfilerActivity.CUDA})
+
+    @hookimpl
+    def polyprof_torch_collector_activities(self, config: ProfileConfig) -> Any:
+        self.asked_with.append(config)
+        return self.answer if ProfilerActivity.CUDA in config.activities else None
+
+    @hookimpl
+    def polyprof_make_tracers(self, config: ProfileConfig) -> list[Any]:
+        return [self.tracer] if ProfilerActivity.CUDA in config.activities else []
+
+
+def _profile(plugin: _DevicePlugin, activities: list[ProfilerActivity]) -> Any:
+    pm = make_plugin_manager_for_tests(("fake_device", plugin), builtins=True)
+    with polyprof.profile(activities=activities, plugin_manager=pm) as prof:
+        x = torch.ones(4)
+        for _ in range(3):
+            x = x.add(1)
+    return prof
+
+
+def test_the_device_tracer_gets_the_collector_result_the_cpu_tracer_decodes() -> None:
+    plugin = _DevicePlugin()
+    prof = _profile(plugin, [ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    assert plugin.asked_with and not plugin.asked_with[0].torch_activities
+    assert prof.trace.config.torch_activities == frozenset({"CUDA"})
+    tracer = plugin.tracer
+    assert len(tracer.received) == 1
+    assert tracer.stopped_before_results, "device tracers stop before the collector does"
+    names = prof.trace.events.values("name")
+    kinds = prof.trace.events["kind"].tolist()
+    assert sum(1 for n, k in zip(names, kinds, strict=True) if k == EventKind.KERNEL) == 3
+    assert sum(1 for n in names if n == "aten::add") == 3, "the CPU rows are still there"
+    assert tracer.decoded_on and threading.main_thread().name not in tracer.decoded_on
+
+
+def test_without_cpu_the_collector_still_runs_for_the_device_tracer() -> None:
+    plugin = _DevicePlugin()
+    prof = _profile(plugin, [ProfilerActivity.CUDA])
+    assert len(plugin.tracer.received) == 1
+    # torch's collector ran for CUDA alone: no CPU rows in its result (a CPU build records nothing)
+    assert plugin.tracer.received[0].activity_types() in ([], None)
+    assert not len(prof.trace.events)
+
+
+def test_collector_activities_are_asked_of_torch() -> None:
+    config = ProfileConfig(activities={ProfilerActivity.CPU}, torch_activities={"CUDA"})
+    from torch._C._profiler import ProfilerActivity as TorchActivity
+
+    assert torch_cpu._collector_activities(config) == {TorchActivity.CPU, TorchActivity.CUDA}
+    only_device = ProfileConfig(activities={ProfilerActivity.CUDA}, torch_activities={"CUDA"})
+    assert torch_cpu._collector_activities(only_device) == {TorchActivity.CUDA}
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        ("CUDA", "expected names of torch.profiler.ProfilerActivity members"),
+        (["GPU"], "asked torch's collector for GPU; valid: CUDA, XPU"),
+        ([2], "expected names"),
+    ],
+)
+def test_a_bad_answer_names_the_plugin_and_the_valid_names(answer: Any, message: str) -> None:
+    pm = make_plugin_manager_for_tests(("fake_device", _DevicePlugin(answer)), builtins=True)
+    config = ProfileConfig(activities={ProfilerActivity.CUDA})
+    with pytest.raises(PluginCallError, match=message) as info:
+        pm.torch_collector_activities(config)
+    assert "fake_device" in str(info.value)
+
+
+def test_a_result_tracer_without_the_collector_owner_is_a_clear_error(monkeypatch: Any) -> None:
+    plugin = _DevicePlugin()
+    pm = make_plugin_manager_for_tests(("fake_device", plugin), builtins=False)
+    with pytest.raises(PolyprofError, match="needs exactly one tracer driving it .* found 0: none"):
+        polyprof.profile(activities=[ProfilerActivity.CUDA], plugin_manager=pm).start()
+
+
+# ------------------------------------------------- host rows of a result with device rows
+
+
+class _Event:
+    """A ``_KinetoEvent`` stand-in: only the accessors the host-row split reads."""
+
+    def __init__(self, name: str, activity_type: str, device_type: int) -> None:
+        self._name, self._type, self._device = name, activity_type, device_type
+
+    def name(self) -> str:
+        return self._name
+
+    def activity_type(self) -> str:
+        return self._type
+
+    def device_type(self) -> Any:
+        from torch._C._autograd import DeviceType
+
+        return DeviceType.CUDA if self._device else DeviceType.CPU
+
+
+def test_the_cpu_tracer_keeps_only_host_rows_of_a_result_with_device_rows() -> None:
+    events = [
+        _Event("aten::mm", "cpu_op", 0),
+        _Event("cudaLaunchKernel", "cuda_runtime", 0),
+        _Event("cuLaunchKernel", "cuda_driver", 0),
+        _Event("ampere_sgemm", "kernel", 1),
+        _Event("Memcpy HtoD", "gpu_memcpy", 1),
+        _Event("step", "user_annotation", 0),
+        _Event("train.py(3): <module>", "python_function", 0),
+        _Event("[memory]", "cpu_instant_event", 0),
+        _Event("Activity Buffer Request", "overhead", 0),
+    ]
+    kept = [ev.name() for ev in torch_cpu._host_rows(events)]
+    if torch_cpu.torch_support.installed().has_accessor("activity_type"):
+        assert kept == ["aten::mm", "step", "train.py(3): <module>", "[memory]"]
+    else:  # before 2.12: by device type; runtime, driver and overhead rows are CPU-side there
+        assert "ampere_sgemm" not in kept and "Memcpy HtoD" not in kept
+
+
+def test_collector_result_reads_what_torch_gives_once_only_once() -> None:
+    class Raw:
+        saves = 0
+
+        def events(self) -> list[Any]:
+            return [_Event("aten::add", "cpu_op", 0)]
+
+        def save(self, path: str) -> None:
+            Raw.saves += 1
+
+    result = CollectorResult(Raw())
+    results = [result.read_once("saved", lambda raw: raw.save("x") or Raw.saves) for _ in range(3)]
+    assert results == [1, 1, 1] and Raw.saves == 1
+    assert result.events() is result.events()
+    assert result.activity_types() == ["cpu_op"]

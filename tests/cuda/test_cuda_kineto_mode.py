@@ -1,0 +1,191 @@
+"""CUDA rows from torch's own collector result (polyprof_cuda.kineto), through stand-ins.
+
+No GPU here: the raw result is a stand-in whose events have exactly the accessors of torch's
+``_KinetoEvent`` (2.15's set, and 2.11's, which has no ``activity_type`` or ``external_id``),
+filled as Kineto fills them for a CUDA run: an op launches a kernel through
+``cudaLaunchKernel`` (its external correlation links both to the op), a ``.item()`` copies the
+result back and synchronizes, and CUPTI reports an overhead row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from polyprof.activity import ProfilerActivity
+from polyprof.config import ProfileConfig
+from polyprof.events import DeviceType, EventKind, concat
+from polyprof.testing import make_trace
+from polyprof.torch_result import CollectorResult
+from polyprof.tree import EventTree
+
+pytest.importorskip("torch")
+from polyprof.plugins import torch_cpu  # noqa: E402
+
+from polyprof_cuda import kineto  # noqa: E402
+
+PID = 4242
+OS_TID = 777
+#: (name, activity type, device type, start ns, end ns, correlation id, linked id, stream/OS thread)
+ROWS = [
+    ("aten::mm", "cpu_op", 0, 1_000, 9_000, 1, 0, OS_TID),
+    ("cudaLaunchKernel", "cuda_runtime", 0, 2_000, 3_000, 101, 1, OS_TID),
+    ("ampere_sgemm_64x64", "kernel", 1, 4_000, 54_000, 101, 1, 7),
+    ("aten::_local_scalar_dense", "cpu_op", 0, 60_000, 900_000, 2, 0, OS_TID),
+    ("cudaMemcpyAsync", "cuda_runtime", 0, 61_000, 62_000, 102, 2, OS_TID),
+    ("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 1, 63_000, 64_000, 102, 2, 7),
+    ("cudaStreamSynchronize", "cuda_runtime", 0, 62_500, 890_000, 103, 2, OS_TID),
+    ("Stream Sync", "cuda_sync", 1, 64_000, 864_000, 103, 2, 7),
+    ("Activity Buffer Request", "overhead", 0, 65_000, 67_000, 0, 0, 0),
+]
+
+
+class KinetoEvent:
+    """A ``_KinetoEvent`` stand-in with 2.15's accessors."""
+
+    def __init__(self, row: tuple) -> None:
+        (self._name, self._type, device, self._start, self._end, self._corr, self._linked, self._res) = row
+        from torch._C._autograd import DeviceType as TorchDeviceType
+
+        self._device = TorchDeviceType.CUDA if device else TorchDeviceType.CPU
+
+    def name(self) -> str:
+        return self._name
+
+    def activity_type(self) -> str:
+        return self._type
+
+    def device_type(self) -> Any:
+        return self._device
+
+    def device_index(self) -> int:
+        return 0 if int(self._device) else PID
+
+    def device_resource_id(self) -> int:
+        return self._res
+
+    def start_ns(self) -> int:
+        return self._start
+
+    def end_ns(self) -> int:
+        return self._end
+
+    def duration_ns(self) -> int:
+        return self._end - self._start
+
+    def correlation_id(self) -> int:
+        return self._corr
+
+    def linked_correlation_id(self) -> int:
+        return self._linked
+
+    def external_id(self) -> int:
+        return self._linked if self._type != "cpu_op" else self._corr
+
+    def start_thread_id(self) -> int:
+        return 1 if self._type != "overhead" else 0
+
+    end_thread_id = start_thread_id
+
+    def is_async(self) -> bool:
+        return False
+
+    def is_user_annotation(self) -> bool:
+        return self._type in ("user_annotation", "gpu_user_annotation")
+
+    def is_python_function(self) -> bool:
+        return False
+
+    def is_hidden_event(self) -> bool:
+        return False
+
+    def sequence_nr(self) -> int:
+        return -1
+
+    def fwd_thread_id(self) -> int:
+        return 0
+
+    def scope(self) -> int:
+        return 0
+
+    def flops(self) -> int:
+        return 0
+
+    def shapes(self) -> list:
+        return []
+
+
+class KinetoEvent211(KinetoEvent):
+    """2.11's ``_KinetoEvent``: no activity_type, no external_id."""
+
+    activity_type = None  # type: ignore[assignment]
+    external_id = None  # type: ignore[assignment]
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("activity_type", "external_id"):
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+class Raw:
+    def __init__(self, event_type: type = KinetoEvent) -> None:
+        self._events = [event_type(row) for row in ROWS]
+
+    def events(self) -> list[Any]:
+        return self._events
+
+    def trace_start_ns(self) -> int:
+        return 500
+
+
+def test_the_cuda_rows_of_a_result_with_torchs_links() -> None:
+    batch = kineto.decode_cuda_rows(CollectorResult(Raw()), pid=PID)
+    names = batch.values("name")
+    assert names == [r[0] for r in ROWS if r[1] not in ("cpu_op",)]
+    kinds = dict(zip(names, batch["kind"].tolist(), strict=True))
+    assert kinds["ampere_sgemm_64x64"] == EventKind.KERNEL
+    assert kinds["cudaLaunchKernel"] == EventKind.RUNTIME
+    assert kinds["Stream Sync"] == EventKind.SYNC
+    assert kinds["Activity Buffer Request"] == EventKind.OVERHEAD
+    kernel = names.index("ampere_sgemm_64x64")
+    assert (batch["pid"][kernel], batch["tid"][kernel], batch["stream"][kernel]) == (0, 7, 7)
+    assert batch["device_type"][kernel] == DeviceType.CUDA
+    assert batch["linked_correlation_id"][kernel] == 1 and batch["correlation_id"][kernel] == 101
+    launch = names.index("cudaLaunchKernel")
+    assert (batch["pid"][launch], batch["tid"][launch]) == (PID, OS_TID)
+    assert batch["device_type"][launch] == DeviceType.CPU
+
+
+def test_before_2_12_the_device_rows_by_device_type() -> None:
+    batch = kineto.decode_cuda_rows(CollectorResult(Raw(KinetoEvent211)), pid=PID)
+    got = dict(zip(batch.values("name"), batch["kind"].tolist(), strict=True))
+    # Runtime calls and the overhead row are CPU-side there: the CPU tracer keeps them. A device
+    # row has no other type to tell by: a sync row (only with enable_cuda_sync_events) counts as
+    # device time there, as torch < 2.12 counts it.
+    assert got == {
+        "ampere_sgemm_64x64": EventKind.KERNEL,
+        "Memcpy DtoH (Device -> Pageable)": EventKind.GPU_MEMCPY,
+        "Stream Sync": EventKind.KERNEL,
+    }
+    assert (batch["external_id"] == batch["linked_correlation_id"]).all()
+
+
+def test_cpu_and_cuda_decoders_split_one_result_and_the_op_gets_its_kernel_time_only() -> None:
+    if not torch_cpu.torch_support.installed().has_accessor("activity_type"):
+        pytest.skip("the host/device split by activity type needs torch 2.12+")
+    result = CollectorResult(Raw())
+    config = ProfileConfig(
+        activities={ProfilerActivity.CPU, ProfilerActivity.CUDA}, torch_activities={"CUDA"}
+    )
+    cpu_batch, _ = torch_cpu.decode_result(result.raw, config, pid=PID)
+    assert cpu_batch.values("name") == ["aten::mm", "aten::_local_scalar_dense"]
+    cuda_batch = kineto.decode_cuda_rows(result, pid=PID)
+    trace = make_trace(concat([cpu_batch, cuda_batch]), config=config, start_ns=500)
+    tree = EventTree.from_trace(trace, use_device="cuda")
+    keys = np.array(tree.keys, dtype=object)[tree.key].tolist()
+    self_cuda = dict(zip(keys, tree.self_device_time_total.tolist(), strict=True))
+    assert self_cuda["aten::mm"] == pytest.approx(50.0)  # its 50 µs kernel
+    # the copy is device time; the 800 µs stream sync and the overhead row are not
+    assert self_cuda["aten::_local_scalar_dense"] == pytest.approx(1.0)

@@ -39,6 +39,9 @@ class Capabilities:
     aggregators: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     #: None when usable here, else the reason it is not ("no CUDA driver").
     unavailable_reason: str | None = None
+    #: How it records here, when that can differ (``polyprof plugins`` shows it next to the status),
+    #: e.g. "via torch's Kineto (CUDA 13.0)".
+    mode: str | None = None
 
 
 class Outbox:

@@ -118,8 +118,11 @@ class PluginInfo:
 
     @property
     def display_status(self) -> str:
-        """``loaded``, or the status and its reason on one line (``failed: ...``)."""
-        if self.status == "loaded" or not self.reason:
+        """``loaded`` (with the plugin's mode, if it says one), or the status and its reason on one line."""
+        if self.status == "loaded":
+            mode = self.capabilities.mode if self.capabilities is not None else None
+            return f"loaded, {mode}" if mode else "loaded"
+        if not self.reason:
             return self.status
         return f"{self.status}: {' '.join(self.reason.split())}"
 
@@ -143,6 +146,7 @@ class PluginInfo:
                 "exporters": list(caps.exporters),
                 "aggregators": list(caps.aggregators),
                 "unavailable_reason": caps.unavailable_reason,
+                "mode": caps.mode,
             },
             "hooks": list(self.hooks),
         }

@@ -1,19 +1,23 @@
-"""Can CUPTI record here? One cheap, side-effect-free check, cached per process.
+"""Can polyprof's own CUPTI tracer (direct mode) record here? Cached per process.
 
 The answer is ``None`` (usable) or the reason it is not, in this order of
 checks: cupti-python installed; a driver (``libcuda.so.1``); a driver new
 enough for this cupti-python; libcupti loadable; CUPTI initialises; at least
-one CUDA device. The first two are answered without importing cupti-python
-(``find_spec`` and a ``dlopen`` of ``libcuda.so.1``), so a machine without a
-driver pays microseconds, not the ~0.4 s import. ``cupti.get_timestamp()``
-then exercises the next three (it loads the driver and libcupti but
-subscribes to nothing); the device count comes from the driver through
-cuda-bindings, which cupti-python depends on.
+one CUDA device. The first two are answered in this process without importing
+cupti-python (``find_spec`` and a ``dlopen`` of ``libcuda.so.1``), so a
+machine without a driver pays microseconds, not the ~0.4 s import. The rest
+run in a child process (``python -m polyprof_cuda.probe``): ``cupti.get_timestamp()``
+loads the driver and libcupti and initialises CUDA, which must never happen in
+the user's process (nor a second libcupti beside torch's). The device count
+comes from the driver through cuda-bindings, which cupti-python depends on.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 
 from polyprof._log import get_logger
@@ -37,9 +41,35 @@ def unavailable_reason(api: CuptiApi | None = None) -> str | None:
         return _probe(api)
     with _lock:
         if "reason" not in _cached:
-            _cached["reason"] = _probe(CuptiApi())
+            _cached["reason"] = _probe_here_then_in_child(CuptiApi())
             log.debug("cupti_probe", reason=_cached["reason"])
         return _cached["reason"]
+
+
+PROBE_TIMEOUT_S = 60.0
+
+
+def _probe_here_then_in_child(api: CuptiApi) -> str | None:
+    """The cheap checks here; those that load libcupti or initialise CUDA in a child process."""
+    if not api.binding_installed():
+        return api.classify(ModuleNotFoundError("No module named 'cupti'")).reason
+    if not api.driver_present():
+        return NO_DRIVER_REASON
+    try:
+        done = subprocess.run(
+            [sys.executable, "-W", "ignore::RuntimeWarning", "-m", "polyprof_cuda.probe"],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the CUPTI probe (a child process) did not finish: {exc}"
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = " ".join(done.stderr.strip().splitlines()[-3:])
+        return f"the CUPTI probe (a child process) failed with exit code {done.returncode}: {tail or 'no output'}"
+    return json.loads(lines[-1])["reason"]
 
 
 def forget_cached_probe() -> None:
@@ -67,3 +97,7 @@ def _probe(api: CuptiApi) -> str | None:
         hint = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
         return f"no CUDA device visible to the driver{hint}"
     return None
+
+
+if __name__ == "__main__":  # the child process of _probe_here_then_in_child
+    print(json.dumps({"reason": _probe(CuptiApi())}))

@@ -156,6 +156,7 @@ def test_plugins_json(fake_site, capsys):
         "exporters": ["cli_fake"],
         "aggregators": ["cli_agg"],
         "unavailable_reason": None,
+        "mode": None,
     }
     assert good["hooks"] == ["polyprof_capabilities"]
     broken = records["cli_broken"]
@@ -261,3 +262,15 @@ def test_console_script(site_dir, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "cli_good" in {r["name"] for r in json.loads(result.stdout)}
+
+
+def test_a_plugin_mode_is_shown_next_to_loaded() -> None:
+    from polyprof.activity import ProfilerActivity
+    from polyprof.components import Capabilities
+    from polyprof.registry import PluginInfo
+
+    mode = "via torch's Kineto (torch 2.11.0+cu130, CUDA 13.0)"
+    caps = Capabilities(activities={ProfilerActivity.CUDA}, mode=mode)
+    info = PluginInfo("cuda", "polyprof_cuda.plugin", "polyprof-cuda", "0.1.0", status="loaded", capabilities=caps)
+    assert info.display_status == "loaded, via torch's Kineto (torch 2.11.0+cu130, CUDA 13.0)"
+    assert info.to_dict()["capabilities"]["mode"].startswith("via torch's Kineto")

@@ -725,6 +725,7 @@ def test_plugin_info_json_and_validation(installed):
         "exporters": ["fake"],
         "aggregators": [],
         "unavailable_reason": None,
+        "mode": None,
     }
     with pytest.raises(ValueError):
         PluginInfo("x", "x", None, None, status="sleeping")

@@ -25,7 +25,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from polyprof.components import Tracer
+from polyprof.events import DeviceType, EventBatch, EventKind
 
 #: torch's ``ProfilerActivity`` members a device plugin may ask torch's collector for (CPU is the
 #: collector owner's own).
@@ -100,7 +102,7 @@ class TorchResultTracer(Tracer):
     def start(self) -> None:
         self.outbox.reopen()
 
-    def stop(self) -> None:  # noqa: B027 - the owner closes the outbox
+    def stop(self) -> None:
         """Before the collector stops (user's thread). Default: nothing."""
 
     def receive(self, result: CollectorResult) -> None:
@@ -116,6 +118,93 @@ class TorchResultTracer(Tracer):
         """The event batches of this tracer's rows of ``item`` (its own bus task)."""
 
 
+#: Kinds that happen on a device (pid: device index, tid: stream or queue); the other kinds a
+#: device plugin decodes (runtime, driver, sync, overhead) happen on the host.
+ON_DEVICE_KINDS = frozenset(
+    {EventKind.KERNEL, EventKind.GPU_MEMCPY, EventKind.GPU_MEMSET, EventKind.GPU_USER_ANNOTATION}
+)
+
+
+def device_row_kind_by_name(event: Any) -> EventKind:
+    """A device row's kind where torch has no activity type (before 2.12): by what Kineto names it."""
+    if event.is_user_annotation():
+        return EventKind.GPU_USER_ANNOTATION
+    name = event.name()
+    if name.startswith("Memcpy"):
+        return EventKind.GPU_MEMCPY
+    if name.startswith("Memset"):
+        return EventKind.GPU_MEMSET
+    return EventKind.KERNEL
+
+
+def decode_device_rows(
+    result: CollectorResult,
+    *,
+    source: str,
+    device_type: DeviceType,
+    kind_by_activity_type: dict[str, EventKind],
+    pid: int,
+) -> EventBatch:
+    """One device's rows of ``result`` as a batch, with the links torch made.
+
+    Which rows: by Kineto's activity type where torch has the accessor (2.12+),
+    through ``kind_by_activity_type``. Before 2.12, the rows on ``device_type``
+    (``device_row_kind_by_name``); runtime and driver calls are CPU-side rows
+    there and stay with the CPU tracer. Device rows sit on (device index,
+    stream); host rows on (process ``pid``, OS thread), with torch's small
+    thread id for the tree. ``linked_correlation_id`` is the launching op's id,
+    ``correlation_id`` the device API's.
+    """
+    events = result.events()
+    types = result.activity_types()
+    if types is not None:
+        picked = [
+            (ev, kind_by_activity_type[t])
+            for ev, t in zip(events, types, strict=True)
+            if t in kind_by_activity_type
+        ]
+    else:
+        picked = [(ev, device_row_kind_by_name(ev)) for ev in events if int(ev.device_type()) == int(device_type)]
+    n = len(picked)
+    if not n:
+        return EventBatch.empty(source)
+    rows = [ev for ev, _ in picked]
+    kind = np.array([int(k) for _, k in picked], dtype=np.int8)
+    on_device = np.isin(kind, [int(k) for k in ON_DEVICE_KINDS])
+    start = np.array([ev.start_ns() for ev in rows], dtype=np.int64)
+    end = np.array([ev.end_ns() for ev in rows], dtype=np.int64)
+    device_index = np.array([ev.device_index() for ev in rows], dtype=np.int64)
+    resource = np.array([_as_int64(ev.device_resource_id()) for ev in rows], dtype=np.int64)
+    names: dict[str, int] = {}
+    name_idx = np.array([names.setdefault(ev.name(), len(names)) for ev in rows], dtype=np.int32)
+    linked = np.array([ev.linked_correlation_id() for ev in rows], dtype=np.int64)
+    columns = {
+        "kind": kind,
+        "name": name_idx,
+        "start_ns": start,
+        "dur_ns": end - start,
+        "pid": np.where(on_device, device_index, pid),
+        "tid": resource,
+        "thread": np.array([_as_int64(ev.start_thread_id()) for ev in rows], dtype=np.int64),
+        "is_async": np.array([ev.is_async() for ev in rows], dtype=bool),
+        "device_type": np.where(on_device, int(device_type), int(DeviceType.CPU)).astype(np.int8),
+        "device_index": np.where(on_device, device_index, 0).astype(np.int32),
+        "stream": np.where(on_device, resource, -1),
+        "correlation_id": np.array([ev.correlation_id() for ev in rows], dtype=np.int64),
+        "linked_correlation_id": linked,
+        # Kineto's "External id" of a device row is the op it belongs to (2.12+ has the accessor)
+        "external_id": np.array([ev.external_id() for ev in rows], dtype=np.int64)
+        if hasattr(rows[0], "external_id")
+        else linked,
+    }
+    return EventBatch.build(source, columns, {"name": tuple(names)})
+
+
+def _as_int64(value: int) -> int:
+    """An id torch hands out as unsigned 64-bit (an unset thread: 2**64 - 1), as int64 bits."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
 class TorchCollectorOwner(abc.ABC):
     """The one tracer of a session that drives torch's collector."""
 
@@ -126,8 +215,11 @@ class TorchCollectorOwner(abc.ABC):
 
 __all__ = [
     "HOST_ACTIVITY_TYPES",
+    "ON_DEVICE_KINDS",
     "TORCH_COLLECTOR_ACTIVITY_NAMES",
     "CollectorResult",
     "TorchCollectorOwner",
     "TorchResultTracer",
+    "decode_device_rows",
+    "device_row_kind_by_name",
 ]

@@ -13,9 +13,8 @@ import threading
 from typing import Any
 
 import numpy as np
-import pytest
-
 import polyprof
+import pytest
 from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities
 from polyprof.config import ProfileConfig
@@ -27,7 +26,7 @@ from polyprof.testing import make_plugin_manager_for_tests
 from polyprof.torch_result import CollectorResult, TorchResultTracer
 
 torch = pytest.importorskip("torch")
-from polyprof.plugins import torch_cpu  # noqa: E402
+from polyprof.plugins import torch_cpu
 
 
 class _KernelsFromCollector(TorchResultTracer):

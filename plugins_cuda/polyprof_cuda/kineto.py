@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
-import numpy as np
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.events import DeviceType, EventBatch, EventKind
-from polyprof.torch_result import CollectorResult, TorchResultTracer
+from polyprof.torch_result import CollectorResult, TorchResultTracer, decode_device_rows
 
 from polyprof_cuda.device import cuda_initialized
 
@@ -45,12 +43,6 @@ KIND_BY_ACTIVITY_TYPE: dict[str, EventKind] = {
     "cuda_sync": EventKind.SYNC,
     "overhead": EventKind.OVERHEAD,
 }
-#: Kinds that happen on the device (pid: device index, tid: stream).
-_ON_DEVICE = frozenset(
-    {EventKind.KERNEL, EventKind.GPU_MEMCPY, EventKind.GPU_MEMSET, EventKind.GPU_USER_ANNOTATION}
-)
-
-
 def kineto_mode_reason() -> str | None:
     """None when torch's Kineto serves CUDA in this process, else why not.
 
@@ -99,73 +91,8 @@ class KinetoCudaTracer(TorchResultTracer):
         return [batch] if len(batch) else []
 
 
-def _cuda_rows(result: CollectorResult) -> tuple[list[Any], list[EventKind]]:
-    events = result.events()
-    types = result.activity_types()
-    if types is not None:
-        picked = [
-            (ev, KIND_BY_ACTIVITY_TYPE[t]) for ev, t in zip(events, types, strict=True) if t in KIND_BY_ACTIVITY_TYPE
-        ]
-    else:
-        picked = [(ev, _device_row_kind(ev)) for ev in events if int(ev.device_type()) == int(DeviceType.CUDA)]
-    return [ev for ev, _ in picked], [kind for _, kind in picked]
-
-
-def _device_row_kind(event: Any) -> EventKind:
-    """A CUDA device row's kind where torch has no activity type (before 2.12)."""
-    if event.is_user_annotation():
-        return EventKind.GPU_USER_ANNOTATION
-    name = event.name()
-    if name.startswith("Memcpy"):
-        return EventKind.GPU_MEMCPY
-    if name.startswith("Memset"):
-        return EventKind.GPU_MEMSET
-    return EventKind.KERNEL
-
-
 def decode_cuda_rows(result: CollectorResult, *, pid: int) -> EventBatch:
-    """The CUDA rows of ``result`` as one batch.
-
-    Device rows sit on (device index, stream); runtime, driver, sync and
-    overhead rows on (process, OS thread), with torch's small thread id for
-    the tree. Links are torch's: ``linked_correlation_id`` is the launching
-    op's id, ``correlation_id`` CUPTI's.
-    """
-    events, kinds = _cuda_rows(result)
-    n = len(events)
-    if not n:
-        return EventBatch.empty(SOURCE)
-    kind = np.array([int(k) for k in kinds], dtype=np.int8)
-    on_device = np.isin(kind, [int(k) for k in _ON_DEVICE])
-    start = np.array([ev.start_ns() for ev in events], dtype=np.int64)
-    end = np.array([ev.end_ns() for ev in events], dtype=np.int64)
-    device_index = np.array([ev.device_index() for ev in events], dtype=np.int64)
-    resource = np.array([_unsigned_bits(ev.device_resource_id()) for ev in events], dtype=np.int64)
-    names: dict[str, int] = {}
-    name_idx = np.array([names.setdefault(ev.name(), len(names)) for ev in events], dtype=np.int32)
-    linked = np.array([ev.linked_correlation_id() for ev in events], dtype=np.int64)
-    columns = {
-        "kind": kind,
-        "name": name_idx,
-        "start_ns": start,
-        "dur_ns": end - start,
-        "pid": np.where(on_device, device_index, pid),
-        "tid": resource,
-        "thread": np.array([_unsigned_bits(ev.start_thread_id()) for ev in events], dtype=np.int64),
-        "is_async": np.array([ev.is_async() for ev in events], dtype=bool),
-        "device_type": np.where(on_device, int(DeviceType.CUDA), int(DeviceType.CPU)).astype(np.int8),
-        "device_index": np.where(on_device, device_index, 0).astype(np.int32),
-        "stream": np.where(on_device, resource, -1),
-        "correlation_id": np.array([ev.correlation_id() for ev in events], dtype=np.int64),
-        "linked_correlation_id": linked,
-        # Kineto's "External id" of a CUDA row is the op it belongs to
-        "external_id": np.array([ev.external_id() for ev in events], dtype=np.int64)
-        if hasattr(events[0], "external_id")
-        else linked,
-    }
-    return EventBatch.build(SOURCE, columns, {"name": tuple(names)})
-
-
-def _unsigned_bits(value: int) -> int:
-    """An id torch hands out as unsigned 64-bit (an unset thread: 2**64 - 1), as int64 bits."""
-    return value - (1 << 64) if value >= 1 << 63 else value
+    """The CUDA rows of ``result`` as one batch (``polyprof.torch_result.decode_device_rows``)."""
+    return decode_device_rows(
+        result, source=SOURCE, device_type=DeviceType.CUDA, kind_by_activity_type=KIND_BY_ACTIVITY_TYPE, pid=pid
+    )

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
 from polyprof.events import DeviceType, EventKind, concat
@@ -22,9 +21,8 @@ from polyprof.torch_result import CollectorResult
 from polyprof.tree import EventTree
 
 pytest.importorskip("torch")
-from polyprof.plugins import torch_cpu  # noqa: E402
-
-from polyprof_cuda import kineto  # noqa: E402
+from polyprof.plugins import torch_cpu
+from polyprof_cuda import kineto
 
 PID = 4242
 OS_TID = 777

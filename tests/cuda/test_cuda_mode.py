@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from polyprof_cuda import mode, probe
 from polyprof_cuda.cupti_api import CuptiApi
 

@@ -67,6 +67,63 @@ class TorchFeatures:
         return SUPPORTED_MIN <= self.minor <= SUPPORTED_MAX
 
 
+#: ``cuda: Optional[str] = '13.0'`` (or ``= None``) and the like in torch/version.py.
+_BUILD_LINE = r"^{key}\b[^=\n]*=\s*(?:'([^']*)'|\"([^\"]*)\"|None)"
+
+
+@attrs.frozen
+class TorchBuild:
+    """What the installed torch package is built for, read without importing torch."""
+
+    version: str
+    #: CUDA version of a CUDA build ("13.0"), else None.
+    cuda: str | None = None
+    #: XPU (SYCL) version of an XPU build, else None.
+    xpu: str | None = None
+    #: HIP version of a ROCm build, else None.
+    hip: str | None = None
+
+
+def parse_version_file(text: str) -> TorchBuild:
+    """A ``TorchBuild`` from the text of ``torch/version.py``."""
+
+    def value(key: str) -> str | None:
+        found = re.search(_BUILD_LINE.format(key=key), text, re.MULTILINE)
+        return (found.group(1) or found.group(2) or None) if found else None
+
+    return TorchBuild(value("__version__") or "unknown", value("cuda"), value("xpu"), value("hip"))
+
+
+def installed_build() -> TorchBuild | None:
+    """The installed torch's build (None when torch is not installed), without importing it.
+
+    Device plugins decide by it whether torch's Kineto owns CUPTI or PTI in
+    this process, where importing torch just to ask would cost seconds.
+    """
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        version = getattr(torch, "version", None)
+        return TorchBuild(
+            str(torch.__version__),
+            getattr(version, "cuda", None),
+            getattr(version, "xpu", None),
+            getattr(version, "hip", None),
+        )
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or ()) if spec is not None else ():
+        path = Path(location) / "version.py"
+        if path.is_file():
+            return parse_version_file(path.read_text(errors="replace"))
+    return None
+
+
 def _experimental_fields(config_type: Any) -> frozenset[str]:
     """The keyword names of ``_ExperimentalConfig.__init__`` (pybind's signature line)."""
     doc = getattr(config_type.__init__, "__doc__", "") or ""

@@ -498,3 +498,18 @@ def test_undecodable_args_are_read_from_torchs_writer_with_bytes_replaced() -> N
         fragments = torch_cpu._trace_args_by_event(_ResultWithBadArgs(events), events)
     assert len(fragments) == 1 and fragments[0] is not None
     assert "\ufffd" in fragments[0] and '"Call stack"' in fragments[0]
+
+
+def test_the_torch_build_is_read_from_its_files_as_torch_reports_it() -> None:
+    """Device plugins choose their mode by it without importing torch (a fresh process here)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json; from polyprof import torch_support; b = torch_support.installed_build(); "
+        "print(json.dumps([b.version, b.cuda, b.xpu, 'torch' in sys.modules]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    version, cuda, xpu, imported = json.loads(out.strip().splitlines()[-1])
+    assert not imported
+    assert (version, cuda, xpu) == (str(torch.__version__), torch.version.cuda, getattr(torch.version, "xpu", None))

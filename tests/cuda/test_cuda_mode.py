@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+from polyprof import torch_support
 from polyprof_cuda import mode, probe
 from polyprof_cuda.cupti_api import CuptiApi
 
@@ -26,15 +27,15 @@ def _never() -> str | None:
 
 
 def test_a_cuda_build_of_torch_means_kineto_and_no_cupti_probe() -> None:
-    build = mode.parse_version_file(CUDA_VERSION_PY)
-    assert build == mode.TorchBuild("2.11.0+cu130", "13.0")
+    build = torch_support.parse_version_file(CUDA_VERSION_PY)
+    assert build == torch_support.TorchBuild("2.11.0+cu130", cuda="13.0")
     chosen = mode.choose_mode(build, _never)
     assert chosen == mode.CudaMode("kineto", "via torch's Kineto (torch 2.11.0+cu130, CUDA 13.0)")
 
 
 def test_a_cpu_build_or_no_torch_means_direct_cupti_where_it_can_run() -> None:
-    build = mode.parse_version_file(CPU_VERSION_PY)
-    assert build == mode.TorchBuild("2.13.0+cpu", None)
+    build = torch_support.parse_version_file(CPU_VERSION_PY)
+    assert build == torch_support.TorchBuild("2.13.0+cpu")
     assert mode.choose_mode(build, lambda: None) == mode.CudaMode(
         "direct", "direct CUPTI (torch 2.13.0+cpu is not a CUDA build)"
     )
@@ -44,7 +45,8 @@ def test_a_cpu_build_or_no_torch_means_direct_cupti_where_it_can_run() -> None:
 
 def test_the_installed_torch_is_read_as_torch_reports_itself() -> None:
     torch = pytest.importorskip("torch")
-    assert mode.installed_torch() == mode.TorchBuild(str(torch.__version__), torch.version.cuda)
+    build = torch_support.installed_build()
+    assert (build.version, build.cuda) == (str(torch.__version__), torch.version.cuda)
 
 
 def test_the_cupti_probe_runs_in_a_child_process(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,6 +19,11 @@ means in torch. Both clocks must agree (every tracer converts to Unix-epoch
 ns); an API call that straddles an op boundary, or a launch from a thread
 with no op open, stays unattributed and is still in the trace.
 
+Overhead rows (the tracer's own cost) are never linked: torch's Kineto links
+none, and linked overhead would count as the op's work. Rows copied from
+torch's collector result (they carry Kineto's ``activity_type``) already have
+torch's links, and the calls torch left unlinked stay so, as in torch.
+
 Vectorized: ops are sorted per thread by start; for each API call the
 candidates are the ops that started at or before it, and a sparse table of
 running maxima over their end times finds the latest-started candidate that
@@ -37,10 +42,13 @@ from polyprof.events import API_CALL_KINDS, HOST_KINDS, DeviceType, EventBatch, 
 log = get_logger(__name__)
 
 _LAUNCH_CODES = kind_codes(API_CALL_KINDS)
-_HOST_CODES = kind_codes(HOST_KINDS)
+#: Rows never linked through their correlation id: host rows, and the tracer's own overhead.
+_NOT_LAUNCHED_CODES = kind_codes({*HOST_KINDS, EventKind.OVERHEAD})
 
 
 def _unlinked_launches(batch: EventBatch) -> np.ndarray:
+    if batch.has("activity_type"):  # torch's collector linked these rows itself
+        return np.zeros(0, dtype=np.int64)
     kind = batch["kind"]
     rows = np.isin(kind, _LAUNCH_CODES)
     if not rows.any():
@@ -95,7 +103,7 @@ def link_launches(batches: Sequence[EventBatch]) -> list[EventBatch]:
             linked[launches[i]] = linked_launch_rows[i]
             unattributed += int((linked_launch_rows[i] == 0).sum())
         device_rows = np.flatnonzero(
-            ~np.isin(b["kind"], _HOST_CODES) & (linked == 0) & (b["correlation_id"] != 0)
+            ~np.isin(b["kind"], _NOT_LAUNCHED_CODES) & (linked == 0) & (b["correlation_id"] != 0)
         )
         if len(device_rows):
             corr = b["correlation_id"][device_rows]

@@ -25,7 +25,12 @@ followed by ``EventList._build_tree`` computes one Python object at a time
 5. **Device work.** Device rows (kernel, memcpy, memset on CUDA, XPU or
    PrivateUse1) whose ``linked_correlation_id`` names a synchronous CPU row's
    id become that row's kernels; CPU-side rows with a link (runtime calls) take
-   the launching row's thread.
+   the launching row's thread. Synchronization rows are never device time nor
+   kernels, and overhead rows are host rows (Kineto's ``deviceTypeFromActivity``).
+   Unlinked runtime, driver and overhead rows carry a tracer's own record id
+   (CUPTI/PTI correlation id), which can equal a torch op id: those rows launch
+   what links to that id only when torch's collector produced them and the
+   installed release's rules say so (``_foreign_id_launchers``).
 6. **Parents** (``_populate_cpu_children``): per thread, over synchronous CPU
    rows in row order, torch's stack walk makes row ``e``'s parent the nearest
    earlier row ``x`` with ``end[x] >= end[e]`` and ``end[x] > start[e]``;
@@ -120,6 +125,12 @@ _DEVICE_MEMORY_DEVICES_BEFORE_2_8 = (DeviceType.CUDA, DeviceType.PrivateUse1, De
 _KERNEL_DEVICES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.XPU)
 #: Device rows whose own elapsed time is their device time.
 _TIMED_DEVICES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.MTIA, DeviceType.HPU, DeviceType.XPU)
+#: Kinds Kineto records on the host whatever device a tracer tags them with (torch counts them as CPU events).
+_HOST_CALL_KINDS = (*API_CALL_KINDS, EventKind.OVERHEAD)
+#: Kinds whose ``correlation_id`` is a device tracer's record id (CUPTI/PTI), not a torch op id.
+_TRACER_ID_KINDS = (*API_CALL_KINDS, EventKind.OVERHEAD, EventKind.SYNC)
+#: Kinds that are never device time: a sync is the host waiting for the device, not device work.
+_NOT_DEVICE_WORK_KINDS = (EventKind.SYNC,)
 #: Kinds whose torch ``device_index`` is the process id (Kineto's CPU "device").
 _CPU_SIDE_KINDS = (EventKind.CPU_OP, EventKind.USER_ANNOTATION, EventKind.PYTHON_FUNCTION)
 _USER_ANNOTATION_KINDS = (EventKind.USER_ANNOTATION, EventKind.GPU_USER_ANNOTATION)
@@ -248,7 +259,6 @@ def post_processing_rules() -> PostProcessingRules:
     return _rules_for(*version, None)
 
 
-
 def use_device_for(config: ProfileConfig) -> str | None:
     """torch's ``use_device`` for the recorded activities (CUDA > XPU > MTIA > HPU > PrivateUse1)."""
     for activity, device in _USE_DEVICE_BY_ACTIVITY:
@@ -325,13 +335,14 @@ def _gather(batch: EventBatch, field: str, rows: np.ndarray, dtype: Any = None) 
 
 
 def _host_aware_device_type(batch: EventBatch, idx: np.ndarray) -> np.ndarray:
-    """``device_type`` of rows ``idx``, with runtime/driver calls counted as CPU events.
+    """``device_type`` of rows ``idx``, with runtime/driver calls and overhead counted as CPU events.
 
-    API calls run on the host: torch counts them as CPU events even when a
-    tracer or a trace file tags them with the device they drive.
+    API calls and the tracer's own overhead happen on the host: torch counts
+    them as CPU events even when a tracer or a trace file tags them with the
+    device they concern.
     """
     device_type = _gather(batch, "device_type", idx)
-    host_call = np.isin(_gather(batch, "kind", idx), kind_codes(API_CALL_KINDS))
+    host_call = np.isin(_gather(batch, "kind", idx), kind_codes(_HOST_CALL_KINDS))
     return np.where(host_call, np.int8(DeviceType.CPU), device_type).astype(device_type.dtype)
 
 
@@ -826,6 +837,36 @@ def _external_ids(
     return np.where(synthetic, 0, values)
 
 
+def _foreign_id_launchers(
+    batch: EventBatch,
+    source: np.ndarray,
+    kind: np.ndarray,
+    event_id: np.ndarray,
+    launcher: np.ndarray,
+    looked_up: np.ndarray,
+) -> np.ndarray:
+    """Launcher rows whose id is a device tracer's record id that merely equals a linked op id.
+
+    An unlinked runtime, driver, overhead or sync row's ``correlation_id`` is
+    CUPTI's or PTI's counter, and torch op ids are another small counter, so
+    the two meet by accident: such a row would take the kernels of the op
+    with the same number (torch 2.15 stopped this with ``external_id``). Rows
+    copied from torch's collector result carry Kineto's ``activity_type``, and
+    there the installed release's own rules decide, so polyprof's results
+    on torch's events stay torch's. Rows without one come from polyprof's own
+    CUPTI/PTI decoders or from a saved Chrome trace: they never launch. The
+    ``activity_type`` column is read only for rows whose id some link names.
+    """
+    candidates = np.flatnonzero(launcher & np.isin(kind, kind_codes(_TRACER_ID_KINDS)))
+    if not len(candidates):
+        return candidates
+    candidates = candidates[np.isin(event_id[candidates], looked_up)]
+    if not len(candidates) or not batch.has("activity_type"):
+        return candidates
+    from_torch_collector = _gather(batch, "activity_type", source[candidates]) >= 0
+    return candidates[~from_torch_collector]
+
+
 #: Below this many ns, ``ns / 1000`` is left to Python (see ``_through_us``).
 _EXACT_NUMPY_NS = 10**9
 
@@ -1031,11 +1072,14 @@ class _Builder:
         if not len(linked_rows):
             return empty, empty, thread
         event_id = _gather(self.batch, "correlation_id", source)
+        kind = _gather(self.batch, "kind", source)
         launcher = (linked == 0) & (device_type == DeviceType.CPU) & ~is_async & ~synthetic
         if self.rules.overhead_launches_nothing:
-            launcher &= _gather(self.batch, "kind", source) != EventKind.OVERHEAD
+            launcher &= kind != EventKind.OVERHEAD
         if self.rules.launcher_needs_external_id:
             launcher &= _external_ids(self.batch, source, synthetic) != 0
+        foreign = _foreign_id_launchers(self.batch, source, kind, event_id, launcher, linked[linked_rows])
+        launcher[foreign] = False
         frontend = np.flatnonzero(launcher)
         frontend = frontend[np.argsort(event_id[frontend], kind="stable")]
         ids = event_id[frontend]
@@ -1046,6 +1090,7 @@ class _Builder:
         cpu_side = matched & (device_type[linked_rows] == DeviceType.CPU)
         thread[linked_rows[cpu_side]] = thread[frontend[hi[cpu_side] - 1]]
         is_kernel = matched & np.isin(device_type[linked_rows], _KERNEL_DEVICES)
+        is_kernel &= ~np.isin(kind[linked_rows], kind_codes(_NOT_DEVICE_WORK_KINDS))
         k_rows, k_lo, k_hi = linked_rows[is_kernel], lo[is_kernel], hi[is_kernel]
         counts = k_hi - k_lo
         kernel_row = np.repeat(k_rows, counts)
@@ -1140,8 +1185,18 @@ class _Builder:
         levels: list[np.ndarray] | None = None
         if self.use_device:
             levels = _levels(parent, indptr, children)
+            timed_device = np.isin(device_type, _TIMED_DEVICES) & ~is_async
+            timed_device &= ~np.isin(kind, kind_codes(_NOT_DEVICE_WORK_KINDS))
             device_total, self_device = _device_times(
-                levels, parent, elapsed, device_type, is_async, kernel_owner, elapsed[kernel_row], n
+                levels,
+                parent,
+                elapsed,
+                device_type,
+                is_async,
+                timed_device,
+                kernel_owner,
+                elapsed[kernel_row],
+                n,
             )
         else:
             device_total = np.zeros(n, dtype=np.float64)
@@ -1209,14 +1264,17 @@ def _device_times(
     elapsed: np.ndarray,
     device_type: np.ndarray,
     is_async: np.ndarray,
+    timed_device: np.ndarray,
     kernel_owner: np.ndarray,
     kernel_duration: np.ndarray,
     n: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """torch's ``device_time_total`` (own kernels + children's totals, recursively) and its self part."""
+    """torch's ``device_time_total`` (own kernels + children's totals, recursively) and its self part.
+
+    ``timed_device``: device rows whose own elapsed time is their device time.
+    """
     on_cpu = device_type == DeviceType.CPU
     own_kernels = python_sum_by_segment(kernel_owner, kernel_duration, n)
-    timed_device = np.isin(device_type, _TIMED_DEVICES) & ~is_async
     total = np.where(timed_device, elapsed, 0.0)
     children_total = np.zeros(n, dtype=np.float64)
     cpu_rows = on_cpu & ~is_async

@@ -252,6 +252,8 @@ def our_tree(
     rows = []
     for s in specs:
         row = dict(s)
+        # These rows stand for torch's collector result, whose rows carry Kineto's activity type.
+        row.setdefault("activity_type", ACTIVITY_TYPE.get(s["kind"], "cpu_op"))
         row["kind"] = int(row["kind"])
         row["start_ns"] = TRACE_START + row["start_ns"]
         rows.append(row)

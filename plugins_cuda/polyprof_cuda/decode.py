@@ -15,7 +15,8 @@ Column contract (polyprof's core links device work to CPU ops from these):
   CUPTI correlation id, device_type = CUDA.
 * kernels, memcpys, memsets, synchronisation: pid = device index, tid = stream,
   correlation_id = the launching API call's correlation id, device_type = CUDA.
-* overhead: CUPTI's own cost (Chrome trace lane "Overhead").
+* overhead: CUPTI's own cost (Chrome trace lane "Overhead"), device_type =
+  CPU as in Kineto: host time, never device work of an op.
 
 Extra Chrome-trace args (grid, block, registers, shared memory, bytes,
 bandwidth, cbid, ...) go into the interned ``args`` column as JSON object-body
@@ -565,7 +566,7 @@ class RecordDecoder:
             start_ns=ts[keep],
             dur_ns=dur[keep],
             pid=np.full(len(keep), -1, dtype=np.int64),
-            device_type=np.full(len(keep), int(DeviceType.CUDA), dtype=np.int8),
+            device_type=np.full(len(keep), int(DeviceType.CPU), dtype=np.int8),
             correlation_id=_int_column(c["correlation_id"])[keep],
         )
         return len(group) - len(keep), 0

@@ -20,7 +20,7 @@ Invariants:
 from __future__ import annotations
 
 import pytest
-from cupti_fakes import RUNTIME_LAUNCH, api_call, kernel
+from cupti_fakes import C, RUNTIME_LAUNCH, RUNTIME_MEMCPY_ASYNC, api_call, kernel, memcpy, overhead, sync
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +31,7 @@ from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
 from polyprof.events import EventBatch, EventKind, concat
 from polyprof.testing import make_trace
-from polyprof.tree import EventTree
+from polyprof.tree import EventTree, PostProcessingRules
 from polyprof_cuda.cbids import ApiCallFilter
 from polyprof_cuda.cupti_api import CuptiApi
 from polyprof_cuda.decode import RecordDecoder
@@ -161,3 +161,53 @@ def test_attribution_invariants(workload):
         children_total[op_id] = float(tree.device_time_total[kids].sum())
         assert tree.self_device_time_total[row] == pytest.approx(launched_us.get(op_id, 0))
         assert tree.device_time_total[row] == pytest.approx(launched_us.get(op_id, 0) + children_total[op_id])
+
+
+RUNTIME_STREAM_SYNC = int(C.runtime_api_trace_cbid.cudaStreamSynchronize_v3020)
+
+
+def test_sync_overhead_and_unlinked_calls_are_not_an_ops_self_cuda():
+    """Real CUPTI records through polyprof-cuda, the core's linking and torch's tree (M1, M2).
+
+    Op 1 ``aten::_local_scalar_dense`` waits 800 µs in a stream sync (CUPTI id
+    41); op 5 ``aten::mm`` launches a 50 µs kernel (CUPTI id 1) while CUPTI
+    requests a buffer (an overhead record with the launch's id); a
+    ``cudaMemcpyAsync`` outside every op has CUPTI id 5, the number of ``aten::mm``.
+    """
+    ops = [(1, THREADS[0], 0, 900), (5, THREADS[0], 1_000, 1_100)]
+
+    def t(us: int) -> int:
+        return BASE_NS + us * US
+
+    records = [
+        api_call(cbid=RUNTIME_STREAM_SYNC, start=t(10), end=t(860), thread_id=THREADS[0], correlation_id=41),
+        sync(start=t(20), end=t(820), correlation_id=41),
+        api_call(cbid=RUNTIME_LAUNCH, start=t(1_010), end=t(1_030), thread_id=THREADS[0], correlation_id=1),
+        overhead(start=t(1_012), end=t(1_014), correlation_id=1),
+        kernel(start=t(2_000), end=t(2_050), correlation_id=1, name="gemm"),
+        api_call(
+            cbid=RUNTIME_MEMCPY_ASYNC, start=t(3_000), end=t(3_010), thread_id=THREADS[0], correlation_id=5
+        ),
+        memcpy(start=t(3_020), end=t(3_050), correlation_id=5),
+    ]
+    runtime, driver = API.runtime_cbids(), API.driver_cbids()
+    decoder = RecordDecoder(
+        kinds=API.kind_values(),
+        runtime_names=runtime,
+        driver_names=driver,
+        api_filter=ApiCallFilter.build(runtime, driver, runtime_recorded=True, keep_all=False),
+        pid=1,
+    )
+    cupti, stats = decoder.decode(records)
+    assert stats.rows == len(records)
+    events = concat(attribution.link_launches([cpu_batch(ops), cupti]))
+    trace = make_trace(events, config=ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.CUDA}))
+    for minor in range(6, 16):
+        tree = EventTree.from_trace(trace, use_device="cuda", rules=PostProcessingRules.for_torch(2, minor))
+        keys = np.array(tree.keys, dtype=object)[tree.key].tolist()
+        self_cuda = dict(zip(keys, tree.self_device_time_total.tolist(), strict=True))
+        assert self_cuda["op1"] == 0.0, minor  # the stream sync is not device work
+        assert self_cuda["op5"] == 50.0, minor  # the kernel, not the overhead
+        assert self_cuda["cudaMemcpyAsync"] == 0.0, minor  # never op 5's kernel
+        assert self_cuda["Stream Sync"] == 0.0, minor
+        assert sum(self_cuda.values()) == 50.0 + 50.0 + 30.0, minor  # op5, gemm, the copy

@@ -233,8 +233,10 @@ def test_sync_record_lands_on_the_device_of_its_context(cls_name):
 
 @pytest.mark.parametrize("cls_name", OVERHEAD_CLASSES)
 def test_overhead_record(cls_name):
-    (row,) = rows(make_decoder().decode([overhead(cls_name)])[0])
+    (row,) = rows(make_decoder().decode([overhead(cls_name, correlation_id=11)])[0])
     assert (row["kind"], row["name"], row["dur_ns"]) == (EventKind.OVERHEAD, "Activity Buffer Request", 300)
+    # CUPTI's own cost is host time, as Kineto's overhead rows are CPU events (never an op's Self CUDA).
+    assert (row["device_type"], row["pid"], row["correlation_id"]) == (DeviceType.CPU, -1, 11)
 
 
 def test_untimed_and_unknown_records_are_counted_not_emitted():

@@ -115,3 +115,60 @@ def test_kernels_go_to_the_op_that_contains_their_launch(fake_pti, workload) -> 
     assert dur[kernels & (link > 0)].sum() + dur[kernels & (link == 0)].sum() == sum(
         k for _, _, k in launches
     )
+
+
+def test_barriers_overhead_and_unlinked_calls_are_not_an_ops_xpu_time(fake_pti) -> None:
+    """PTI's rows through the plugin, the core's linking and torch's tree (m8, M1, M2).
+
+    ``aten::item`` (op 1) waits on a 500 µs GPU barrier; ``aten::mm`` (op 2)
+    launches a 300 µs kernel while PTI flushes a buffer; a call outside every op
+    has PTI correlation id 2, the number of ``aten::mm``.
+    """
+    from polyprof.events import concat
+    from polyprof.testing import make_trace
+    from polyprof.tree import EventTree, PostProcessingRules
+
+    fake_pti.fakePtiEnableAllForBuilding()
+    fake_pti.fakePtiReset()
+    fake_pti.fakePtiAddApi(
+        6, T0 + 110_000, T0 + 190_000, 3, 0, 1, TID, 17
+    )  # the barrier's call, inside aten::item
+    fake_pti.fakePtiAddSync(T0 + 120_000, T0 + 620_000, 1, TID, 17, 0xC0, 5, 1)  # GPU barrier on queue 0xC0
+    fake_pti.fakePtiAddApi(6, T0 + 1_050_000, T0 + 1_090_000, 3, 0, 1, TID, 11)  # aten::mm's launch
+    fake_pti.fakePtiAddKernel(
+        T0 + 5_000_000, T0 + 5_300_000, 11, TID, UUID0, 1, 0xA, fake_pti.name("gemm"), 11
+    )
+    fake_pti.fakePtiAddOverhead(T0 + 1_060_000, T0 + 1_080_000, TID, 3, 1, 20)
+    fake_pti.fakePtiAddApi(6, T0 + 3_000_000, T0 + 3_040_000, 3, 0, 1, TID, 2)  # outside every op, id 2
+    buf = (ctypes.c_uint8 * (1 << 16))()
+    used = fake_pti.fakePtiBuildBuffer(buf, len(buf))
+    decoder = Decoder(
+        lambda g, i: "urEnqueueKernelLaunch", DeviceTable([{"index": 0, "uuid": UUID0.hex()}]), Clock(), pid=1
+    )
+    xpu = decoder.decode_buffer(fake_pti.lib.ptiViewGetNextRecord, ctypes.addressof(buf), used)
+    cpu = EventBatch.build(
+        "torch_cpu",
+        {
+            "kind": np.zeros(2, dtype=np.int8),
+            "name": np.array([0, 1], dtype=np.int32),
+            "start_ns": np.array([T0 + 100_000, T0 + 1_000_000], dtype=np.int64),
+            "dur_ns": np.array([700_000, 200_000], dtype=np.int64),
+            "tid": np.full(2, TID, dtype=np.int64),
+            "thread": np.ones(2, dtype=np.int64),
+            "correlation_id": np.array([1, 2], dtype=np.int64),
+        },
+        {"name": ("aten::item", "aten::mm")},
+    )
+    events = concat(link_launches([cpu, xpu]))
+    trace = make_trace(events)
+    for minor in range(6, 16):
+        tree = EventTree.from_trace(trace, use_device="xpu", rules=PostProcessingRules.for_torch(2, minor))
+        keys = np.array(tree.keys, dtype=object)[tree.key]
+        self_xpu = dict(zip(keys.tolist(), tree.self_device_time_total.tolist(), strict=True))
+        assert self_xpu["aten::item"] == 0.0, minor
+        assert self_xpu["aten::mm"] == 300.0, minor  # the kernel only
+        (barrier,) = np.flatnonzero(tree.kind == EventKind.SYNC)
+        assert tree.device_time_total[barrier] == 0.0
+        (unlinked,) = np.flatnonzero((tree.start_us > 2_000) & (tree.kind == EventKind.RUNTIME))
+        assert tree.kernels_of(int(unlinked)).tolist() == []
+        assert float(tree.self_device_time_total.sum()) == 600.0  # aten::mm and its kernel row

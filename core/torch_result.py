@@ -163,6 +163,12 @@ def decode_device_rows(
             for ev, t in zip(events, types, strict=True)
             if t in kind_by_activity_type
         ]
+        # "kernel", "gpu_memcpy", ... name no device: keep the device rows of this device only
+        picked = [
+            (ev, kind)
+            for ev, kind in picked
+            if kind not in ON_DEVICE_KINDS or int(ev.device_type()) == int(device_type)
+        ]
     else:
         picked = [(ev, device_row_kind_by_name(ev)) for ev in events if int(ev.device_type()) == int(device_type)]
     n = len(picked)

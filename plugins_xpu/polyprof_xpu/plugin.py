@@ -1,21 +1,27 @@
 """The ``xpu`` entry point: Capabilities and the XPU tracer for polyprof's plugin manager.
 
-Importing this module arranges the Level Zero tracing environment
-(``polyprof_xpu.env``); whether XPU tracing can run is found out by
-``polyprof_xpu.probe`` in a child process, once per process.
+One owner of PTI per process (``polyprof_xpu.kineto``): with an XPU build of
+torch, torch's Kineto owns PTI, so the XPU rows come from torch's collector
+result and polyprof never calls PTI; otherwise polyprof's own PTI tracer,
+where ``polyprof_xpu.probe`` (in a child process, once per process) finds it
+can run. Importing this module arranges the Level Zero tracing environment
+(``polyprof_xpu.env``), which both need.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+from polyprof import torch_support
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities, Tracer
 from polyprof.config import ProfileConfig
 from polyprof.hookspecs import hookimpl
+from polyprof.session import ActivityUnavailableWarning, user_stacklevel
 
-from polyprof_xpu import env, probe
+from polyprof_xpu import env, kineto, probe
 
 log = get_logger(__name__)
 
@@ -31,19 +37,45 @@ def availability() -> dict[str, Any]:
     return probe.run_in_child()
 
 
+def current_mode() -> kineto.XpuMode:
+    return kineto.choose_mode(torch_support.installed_build())
+
+
 @hookimpl
 def polyprof_capabilities() -> Capabilities:
+    disabled = env.ipex_disabled_reason()
+    mode = current_mode()
+    if mode.kind == "kineto" and not disabled:
+        # torch's Kineto owns PTI here: never probe it (a device is asked for when XPU is recorded)
+        return Capabilities(activities={ProfilerActivity.XPU}, mode=mode.detail)
     finding = availability()
     return Capabilities(
         activities={ProfilerActivity.XPU},
         unavailable_reason=None if finding.get("available") else (finding.get("reason") or "unavailable"),
+        mode=mode.detail if finding.get("available") else None,
     )
+
+
+@hookimpl
+def polyprof_torch_collector_activities(config: ProfileConfig) -> list[str] | None:
+    if ProfilerActivity.XPU not in config.activities or current_mode().kind != "kineto":
+        return None
+    return ["XPU"] if kineto.device_reason() is None else None
 
 
 @hookimpl
 def polyprof_make_tracers(config: ProfileConfig) -> list[Tracer]:
     if ProfilerActivity.XPU not in config.activities:
         return []
+    if current_mode().kind == "kineto":
+        reason = kineto.device_reason()
+        if reason is not None:  # as torch.profiler does: warn, and record the rest
+            warnings.warn(
+                f"ProfilerActivity.XPU: {reason}; profiling without it",
+                ActivityUnavailableWarning,
+                stacklevel=user_stacklevel(),
+            )
+        return [kineto.KinetoXpuTracer()]
     finding = availability()
     if not finding.get("available"):
         return []

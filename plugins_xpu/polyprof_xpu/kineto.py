@@ -1,0 +1,98 @@
+"""XPU rows from torch's own collector: the mode for every XPU build of torch.
+
+torch's Kineto owns PTI in such a process: its XPU session registers PTI's
+callbacks when torch's collector is prepared, after any other client's, and
+then hands that client's buffers to its own completion callback. So
+polyprof-xpu never calls PTI there: it asks torch's collector for
+``ProfilerActivity.XPU`` (``polyprof_torch_collector_activities``) and decodes
+the XPU rows of torch's result (``polyprof.torch_result.decode_device_rows``):
+kernels, copies, fills, and the runtime (SYCL) and driver (Level Zero) calls,
+with the links torch made. Level Zero's tracing layer must be on before the
+loader starts for PTI to see anything, whoever calls it: ``polyprof_xpu.env``
+arranges that in both modes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Literal
+
+import attrs
+from polyprof.activity import ProfilerActivity
+from polyprof.events import DeviceType, EventBatch, EventKind
+from polyprof.torch_result import CollectorResult, TorchResultTracer, decode_device_rows
+from polyprof.torch_support import TorchBuild
+
+SOURCE = "xpu_kineto"
+#: Kineto's activity type -> polyprof's kind, for the rows polyprof-xpu decodes.
+KIND_BY_ACTIVITY_TYPE: dict[str, EventKind] = {
+    "kernel": EventKind.KERNEL,
+    "gpu_memcpy": EventKind.GPU_MEMCPY,
+    "gpu_memset": EventKind.GPU_MEMSET,
+    "gpu_user_annotation": EventKind.GPU_USER_ANNOTATION,
+    "xpu_runtime": EventKind.RUNTIME,
+    "xpu_driver": EventKind.DRIVER,
+}
+
+
+@attrs.frozen
+class XpuMode:
+    """``kineto`` for an XPU build of torch, ``direct`` (polyprof's own PTI tracer) otherwise."""
+
+    kind: Literal["kineto", "direct"]
+    detail: str
+
+
+def choose_mode(torch_build: TorchBuild | None) -> XpuMode:
+    if torch_build is not None and torch_build.xpu:
+        return XpuMode("kineto", f"via torch's Kineto (torch {torch_build.version}, XPU {torch_build.xpu})")
+    why = "torch is not installed" if torch_build is None else f"torch {torch_build.version} is not an XPU build"
+    return XpuMode("direct", f"direct PTI ({why})")
+
+
+def device_reason() -> str | None:
+    """None when torch sees an XPU device, else why not (asked when XPU is recorded, as torch asks)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        import torch
+    try:
+        if not torch.xpu.is_available():
+            return f"torch {torch.__version__} sees no XPU device"
+    except Exception as exc:  # noqa: BLE001 - a broken XPU setup is a reason, not a crash
+        return f"torch's XPU check failed: {exc!r}"
+    return None
+
+
+def _xpu_initialized() -> bool:
+    torch = sys.modules.get("torch")
+    try:
+        return torch is not None and bool(torch.xpu.is_initialized())
+    except Exception:  # noqa: BLE001 - no XPU support in this torch: nothing to wait for
+        return False
+
+
+class KinetoXpuTracer(TorchResultTracer):
+    """``ProfilerActivity.XPU`` from torch's collector result."""
+
+    name = SOURCE
+    activities = frozenset({ProfilerActivity.XPU})
+
+    def stop(self) -> None:
+        # torch.profiler synchronizes XPU before stopping its collector, so the last kernels are
+        # in the result; polyprof never initialises the device for it.
+        if _xpu_initialized():
+            import torch
+
+            torch.xpu.synchronize()
+
+    def decode(self, item: CollectorResult) -> list[EventBatch]:
+        batch = decode_xpu_rows(item, pid=os.getpid())
+        return [batch] if len(batch) else []
+
+
+def decode_xpu_rows(result: CollectorResult, *, pid: int) -> EventBatch:
+    """The XPU rows of ``result`` as one batch."""
+    return decode_device_rows(
+        result, source=SOURCE, device_type=DeviceType.XPU, kind_by_activity_type=KIND_BY_ACTIVITY_TYPE, pid=pid
+    )

@@ -125,6 +125,15 @@ ON_DEVICE_KINDS = frozenset(
 )
 
 
+#: The activity type Kineto files each device kind under (for rows of torch before 2.12).
+_KINETO_TYPE_OF_DEVICE_KIND = {
+    EventKind.KERNEL: "kernel",
+    EventKind.GPU_MEMCPY: "gpu_memcpy",
+    EventKind.GPU_MEMSET: "gpu_memset",
+    EventKind.GPU_USER_ANNOTATION: "gpu_user_annotation",
+}
+
+
 def device_row_kind_by_name(event: Any) -> EventKind:
     """A device row's kind where torch has no activity type (before 2.12): by what Kineto names it."""
     if event.is_user_annotation():
@@ -157,26 +166,28 @@ def decode_device_rows(
     """
     events = result.events()
     types = result.activity_types()
+    picked: list[tuple[Any, EventKind, str]] = []
     if types is not None:
-        picked = [
-            (ev, kind_by_activity_type[t])
-            for ev, t in zip(events, types, strict=True)
-            if t in kind_by_activity_type
-        ]
-        # "kernel", "gpu_memcpy", ... name no device: keep the device rows of this device only
-        picked = [
-            (ev, kind)
-            for ev, kind in picked
-            if kind not in ON_DEVICE_KINDS or int(ev.device_type()) == int(device_type)
-        ]
+        for ev, t in zip(events, types, strict=True):
+            kind = kind_by_activity_type.get(t)
+            # "kernel", "gpu_memcpy", ... name no device: keep the device rows of this device only
+            if kind is not None and (kind not in ON_DEVICE_KINDS or int(ev.device_type()) == int(device_type)):
+                picked.append((ev, kind, t))
     else:
-        picked = [(ev, device_row_kind_by_name(ev)) for ev in events if int(ev.device_type()) == int(device_type)]
+        for ev in events:
+            if int(ev.device_type()) == int(device_type):
+                kind = device_row_kind_by_name(ev)
+                picked.append((ev, kind, _KINETO_TYPE_OF_DEVICE_KIND[kind]))
     n = len(picked)
     if not n:
         return EventBatch.empty(source)
-    rows = [ev for ev, _ in picked]
-    kind = np.array([int(k) for _, k in picked], dtype=np.int8)
+    rows = [ev for ev, _, _ in picked]
+    kind = np.array([int(k) for _, k, _ in picked], dtype=np.int8)
     on_device = np.isin(kind, [int(k) for k in ON_DEVICE_KINDS])
+    # Kineto's activity type marks each row as one torch's collector recorded: the tree applies the
+    # installed release's rules to those (before 2.12, the type Kineto files the kind under).
+    type_names: dict[str, int] = {}
+    type_idx = np.array([type_names.setdefault(t, len(type_names)) for _, _, t in picked], dtype=np.int32)
     start = np.array([ev.start_ns() for ev in rows], dtype=np.int64)
     end = np.array([ev.end_ns() for ev in rows], dtype=np.int64)
     device_index = np.array([ev.device_index() for ev in rows], dtype=np.int64)
@@ -203,7 +214,8 @@ def decode_device_rows(
         if hasattr(rows[0], "external_id")
         else linked,
     }
-    return EventBatch.build(source, columns, {"name": tuple(names)})
+    columns["activity_type"] = type_idx
+    return EventBatch.build(source, columns, {"name": tuple(names), "activity_type": tuple(type_names)})
 
 
 def _as_int64(value: int) -> int:

@@ -151,6 +151,8 @@ def test_the_cuda_rows_of_a_result_with_torchs_links() -> None:
     assert (batch["pid"][kernel], batch["tid"][kernel], batch["stream"][kernel]) == (0, 7, 7)
     assert batch["device_type"][kernel] == DeviceType.CUDA
     assert batch["linked_correlation_id"][kernel] == 1 and batch["correlation_id"][kernel] == 101
+    # each row is marked as one torch's collector recorded (the tree follows torch's rules for those)
+    assert batch.values("activity_type") == [r[1] for r in ROWS if r[1] != "cpu_op"]
     launch = names.index("cudaLaunchKernel")
     assert (batch["pid"][launch], batch["tid"][launch]) == (PID, OS_TID)
     assert batch["device_type"][launch] == DeviceType.CPU
@@ -168,6 +170,7 @@ def test_before_2_12_the_device_rows_by_device_type() -> None:
         "Stream Sync": EventKind.KERNEL,
     }
     assert (batch["external_id"] == batch["linked_correlation_id"]).all()
+    assert batch.values("activity_type") == ["kernel", "gpu_memcpy", "kernel"]
 
 
 def test_cpu_and_cuda_decoders_split_one_result_and_the_op_gets_its_kernel_time_only() -> None:

@@ -4,7 +4,9 @@
 ``.json.gz`` file and fails with a one-line ``TraceFileError`` naming the path
 and what is wrong with it. ``trace_from_chrome(doc)`` rebuilds a ``Trace`` from
 the document's complete (``X``) and instant (``i``) events, the reverse of the
-"chrome" exporter, so ``polyprof report`` can summarise a saved trace.
+"chrome" exporter, so ``polyprof report`` can summarise a saved trace. Counter
+events (``C``) come back as ``EventKind.COUNTER`` rows, one per series, kept
+for the trace only (``trace_only``: never in ``events()`` or tables).
 
 Times come back exactly to the nanosecond: ``ts`` has three decimals relative
 to ``baseTimeNanoseconds``, and the conversion from the parsed double to
@@ -30,7 +32,7 @@ from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
-from polyprof.events import API_CALL_KINDS, DeviceType, EventBatch, EventKind, kind_codes
+from polyprof.events import API_CALL_KINDS, DeviceType, EventBatch, EventKind, concat, kind_codes
 from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, CONFIG_FLAG_KEYS, Trace
 
 log = get_logger(__name__)
@@ -345,13 +347,14 @@ def _ints(values: list[Any], default: int) -> np.ndarray:
 
 def _select_events(
     raw_events: list[Any],
-) -> tuple[list[dict[str, Any]], list[int], list[int], Counter[str], Any, Any]:
+) -> tuple[list[dict[str, Any]], list[int], list[int], Counter[str], Any, Any, list[dict[str, Any]]]:
     """The X/i events of known categories, their kinds and device types.
 
-    Also returns the skipped categories, the profiler span ``(ts, dur)`` and the
-    ``Record Window End`` time.
+    Also returns the skipped categories, the profiler span ``(ts, dur)``, the
+    ``Record Window End`` time and the counter (``C``) events.
     """
     selected: list[dict[str, Any]] = []
+    counters: list[dict[str, Any]] = []
     kinds: list[int] = []
     devices: list[int] = []
     skipped: Counter[str] = Counter()
@@ -363,7 +366,10 @@ def _select_events(
         if type(ev) is not dict:
             skipped["non-object entries"] += 1
             continue
-        if ev.get("ph") not in ("X", "i", "I"):
+        phase = ev.get("ph")
+        if phase not in ("X", "i", "I"):
+            if phase == "C":
+                counters.append(ev)
             continue
         category = ev.get("cat")
         if category is None:  # global markers: "Iteration Start: ...", "Record Window End"
@@ -390,7 +396,59 @@ def _select_events(
         selected.append(ev)
         kinds.append(int(kind_device[0]))
         devices.append(int(kind_device[1]))
-    return selected, kinds, devices, skipped, span, window_end
+    return selected, kinds, devices, skipped, span, window_end, counters
+
+
+def _counter_rows(
+    counters: list[dict[str, Any]], base_ns: int, lanes: Mapping[int, int]
+) -> EventBatch | None:
+    """One ``COUNTER`` row per numeric series of each counter event; None when there are none.
+
+    A counter in a device's process (named "CUDA 0", "GPU 1", ...) gets that
+    device's type and index; others stay on the CPU. Series whose value is not
+    a number (Perfetto skips those too) are left out.
+    """
+    names: list[str] = []
+    series: list[str] = []
+    values: list[float] = []
+    ts: list[Any] = []
+    pids: list[int] = []
+    tids: list[int] = []
+    for ev in counters:
+        args, when = ev.get("args"), ev.get("ts")
+        if type(args) is not dict or not isinstance(when, _NUMBER):
+            continue
+        name = ev.get("name")
+        name = name if isinstance(name, str) else ("" if name is None else str(name))
+        pid, tid = _int(ev.get("pid"), 0), _int(ev.get("tid"), 0)
+        for key, value in args.items():
+            if isinstance(value, bool) or not isinstance(value, _NUMBER):
+                continue
+            names.append(name)
+            series.append(str(key))
+            values.append(float(value))
+            ts.append(when)
+            pids.append(pid)
+            tids.append(tid)
+    if not names:
+        return None
+    pid = np.asarray(pids, dtype=np.int64)
+    device_type = np.array([lanes.get(p, int(DeviceType.CPU)) for p in pids], dtype=np.int64)
+    columns: dict[str, Any] = {
+        "kind": np.full(len(names), int(EventKind.COUNTER), dtype=np.int8),
+        "start_ns": us_to_ns(ts) + base_ns,
+        "dur_ns": np.zeros(len(names), dtype=np.int64),
+        "pid": pid,
+        "tid": np.asarray(tids, dtype=np.int64),
+        "device_type": device_type,
+        "device_index": np.where(device_type != int(DeviceType.CPU), pid, -1),
+        "counter_value": np.asarray(values, dtype=np.float64),
+        "trace_only": np.ones(len(names), dtype=bool),
+    }
+    tables: dict[str, list[Any]] = {}
+    columns["name"], tables["name"] = _intern(names)
+    columns["counter_series"], tables["counter_series"] = _intern(series)
+    return EventBatch.build(SOURCE, columns, tables)
 
 
 def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
@@ -407,7 +465,7 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
     if not isinstance(raw_events, list):
         raise ValueError('not a Chrome trace: "traceEvents" is missing or not a list')
     base_ns = _int(doc.get("baseTimeNanoseconds"), 0)
-    events, kind_list, device_list, skipped, span, window_end = _select_events(raw_events)
+    events, kind_list, device_list, skipped, span, window_end, counters = _select_events(raw_events)
     n = len(events)
     kind = np.asarray(kind_list, dtype=np.int64)
     device_type = np.asarray(device_list, dtype=np.int64)
@@ -430,6 +488,7 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
     # device type from the category, else from the lane's process name.
     device_index = np.zeros(n, dtype=np.int64)
     stream = np.full(n, -1, dtype=np.int64)
+    lanes: dict[int, int] | None = None
     if on_device.any():
         device_index = np.where(
             on_device, _ints([a.get("device", p) for a, p in zip(args, pid.tolist())], 0), 0
@@ -502,6 +561,13 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
     columns["start_ns"] = start_ns
     columns["dur_ns"] = dur_ns
     batch = EventBatch.build(SOURCE, columns, tables)
+    counter_batch = (
+        _counter_rows(counters, base_ns, _device_lanes(raw_events) if lanes is None else lanes)
+        if counters
+        else None
+    )
+    if counter_batch is not None:
+        batch = concat([batch, counter_batch], SOURCE)
 
     notes: list[str] = []
     if skipped:

@@ -36,6 +36,10 @@ class EventKind(enum.IntEnum):
     DRIVER = 21
     OVERHEAD = 22
     SYNC = 23
+    #: A sampled value (a GPU's utilization, power, ...), not an op: drawn as a Chrome counter
+    #: track (``"ph": "C"``); ``counter_series`` names the series, ``counter_value`` holds the
+    #: value. Counter rows are always ``trace_only``: ``events()`` and tables never list them.
+    COUNTER = 30
 
 
 #: Host-side calls into a device runtime or driver: the calls that launch device work.
@@ -156,6 +160,10 @@ FIELDS: dict[str, Field] = {
     "typed_metadata": Field("int32", -1, True, "Kineto's typed metadata (interned dict)"),
     "activity_type": Field("int32", -1, True, "Kineto's activity type name, e.g. 'cpu_op' (interned str)"),
     "python_module_id": Field("int64", -1, doc="python_function events: nn.Module id, else -1"),
+    "counter_value": Field("float64", 0.0, doc="counter rows: the sampled value"),
+    "counter_series": Field(
+        "int32", -1, True, "counter rows: the series, the key of the Chrome counter's args (interned str)"
+    ),
 }
 
 REQUIRED_FIELDS = ("kind", "name", "start_ns", "dur_ns")

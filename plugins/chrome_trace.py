@@ -12,6 +12,10 @@ way they read torch's:
   doubles), computed with integer arithmetic;
 * Kineto's categories, args, process/thread metadata events, ``fwdbwd`` and
   ``ac2g`` flows, the ``PyTorch Profiler (0)`` span and its global instants;
+* counter rows (``EventKind.COUNTER``, e.g. polyprof-cuda's NVML samples) as
+  Chrome counter events, ``{"ph": "C", "name": ..., "pid": <lane>, "tid": 0,
+  "ts": ..., "args": {"<series>": value}}``, which Perfetto draws as a track
+  named "<name> <series>" in that process and HTA leaves aside (no ``dur``);
 * Python's default JSON separators (``", "``, ``": "``): HTA finds the rank of a
   file with the regex ``"rank":\\s+(\\d+)``.
 
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import os
 import socket
 import sys
@@ -121,6 +126,9 @@ DEFAULT_DEVICE_TYPE = int(DeviceType.CUDA)
 
 FLOW_NAMES = {1: "fwdbwd", 2: "ac2g"}
 FLOW_AC2G = 2
+
+#: The args key of a counter row that names no series (a Chrome counter event needs one).
+DEFAULT_COUNTER_SERIES = "value"
 
 #: "000" ... "999": a list lookup is faster than a format spec per timestamp.
 _THREE_DIGITS = [f"{i:03d}" for i in range(1000)]
@@ -393,7 +401,8 @@ def _device_types_of_host_calls(cols: _Columns) -> np.ndarray:
 def _categories(cols: _Columns) -> tuple[list[str], np.ndarray]:
     """(table of categories, per-event index into it)."""
     table: list[str] = []
-    index = np.zeros(cols.n, dtype=np.int64)
+    # -1: no category (counter rows, which are written without one)
+    index = np.full(cols.n, -1, dtype=np.int64)
     lookup: dict[str, int] = {}
 
     def add(cat: str) -> int:
@@ -753,10 +762,12 @@ def _lane_metadata(
             )
             lines.append(meta("thread_sort_index", ts, p, t, "sort_index", str(t)))
     device = _kind_mask(cols.kind, DEVICE_KINDS)
-    if device.any():
-        device_type = cols.col("device_type").astype(np.int64)
+    device_type = cols.col("device_type").astype(np.int64)
+    # A device's counters sit in its process, which gets the device's name even without activity.
+    device_process = device | ((cols.kind == int(EventKind.COUNTER)) & (device_type != int(DeviceType.CPU)))
+    if device_process.any():
         named: set[int] = set()
-        for index, dtype in _unique_pairs(pid[device], device_type[device]):
+        for index, dtype in _unique_pairs(pid[device_process], device_type[device_process]):
             if index in named:
                 log.warning("chrome_trace_device_lane_shared", device_index=index)
                 continue
@@ -811,6 +822,11 @@ class _EventText:
         self.names.append('""')  # index -1 reads the last slot
         self.args = _ArgsText(cols, layout)
         self.instant = _kind_mask(cols.kind, (EventKind.MEMORY, EventKind.OUT_OF_MEMORY))
+        self.counter = cols.kind == int(EventKind.COUNTER)
+        self.counter_series: list[str] = []
+        if self.counter.any():
+            self.counter_series = [json_string(str(series)) for series in cols.batch.table("counter_series")]
+            self.counter_series.append(json_string(DEFAULT_COUNTER_SERIES))  # index -1 reads the last slot
         # Kineto moves GPU user annotations 1 ns earlier and 2 ns longer so they
         # enclose the kernels they start with in Chrome's nesting.
         gpu_annotation = cols.kind == int(EventKind.GPU_USER_ANNOTATION)
@@ -845,10 +861,11 @@ class _EventText:
         pid = self.pid[lo:hi]
         tid = self.tid[lo:hi]
         instant = self.instant[lo:hi]
+        counter = self.counter[lo:hi]
         names, ms = self.names, _THREE_DIGITS
 
         lines_arr = np.empty(hi - lo, dtype=object)
-        idx = np.flatnonzero(~instant)
+        idx = np.flatnonzero(~instant & ~counter)
         if len(idx):
             prefixes = self.x_prefixes
             lines_arr[idx] = [
@@ -881,6 +898,22 @@ class _EventText:
                     ts_ns[idx].tolist(),
                 )
             ]
+        idx = np.flatnonzero(counter)
+        if len(idx):
+            series = self.counter_series
+            lines_arr[idx] = [
+                f'  {{"ph": "C", "name": {names[nm]}, "pid": {p}, "tid": {t}, "ts": {tu}.{ms[tn]}, '
+                f'"args": {{{series[sr]}: {_json_number(v)}}}}}'
+                for nm, p, t, tu, tn, sr, v in zip(
+                    name[idx].tolist(),
+                    pid[idx].tolist(),
+                    tid[idx].tolist(),
+                    ts_us[idx].tolist(),
+                    ts_ns[idx].tolist(),
+                    cols.col("counter_series")[lo:hi][idx].tolist(),
+                    cols.col("counter_value")[lo:hi][idx].tolist(),
+                )
+            ]
         del args
         lines: list[str] = lines_arr.tolist()
         del lines_arr
@@ -905,6 +938,13 @@ class _EventText:
                 f'"cat": "{flow}", "name": "{flow}"{binding}}}'
             )
         return ",\n".join(lines) + ",\n"
+
+
+def _json_number(value: float) -> str:
+    """A counter value as JSON: integral values without ".0"; NaN and infinities (not JSON) as null."""
+    if not math.isfinite(value):
+        return "null"
+    return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
 
 
 def _names_with_overloads(cols: _Columns, names: list[str]) -> np.ndarray:

@@ -1715,3 +1715,144 @@ def test_python_functions_torch_lists_only_in_its_trace_stay_out_of_events(torch
     tree = EventTree.from_trace(torch_run["trace"], use_device=None)
     in_tree = np.isin(batch["kind"][tree.source[~tree.synthetic]], int(EventKind.PYTHON_FUNCTION))
     assert in_tree.any() == lists_python_functions
+
+
+# ------------------------------------------------------------------- counters
+
+
+#: An op beside the counters.
+MM_ROW = {
+    "kind": int(EventKind.CPU_OP),
+    "name": "aten::mm",
+    "start_ns": T0 + 1_000,
+    "dur_ns": 5_000,
+    "pid": PID,
+    "tid": TID,
+}
+
+
+def counter_row(name: str, series: str | None, value: float, offset_ns: int, **extra: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "kind": int(EventKind.COUNTER),
+        "name": name,
+        "start_ns": T0 + offset_ns,
+        "counter_value": value,
+        "trace_only": True,
+        "pid": 0,
+        "tid": 0,
+        "device_index": 0,
+        "device_type": int(DeviceType.CUDA),
+    }
+    if series is not None:
+        row["counter_series"] = series
+    row.update(extra)
+    return row
+
+
+def test_counter_rows_become_chrome_counter_events(tmp_path: Path) -> None:
+    rows = [
+        MM_ROW,
+        counter_row("GPU Utilization", "%", 37.0, 2_500),
+        counter_row("GPU Power", "W", 250.125, 2_500),
+        counter_row("GPU Power", "W", float("nan"), 3_000),
+        counter_row("GPU Memory Used", "MiB", 1.5e20, 3_000),
+        counter_row("GPU Memory Used", None, 7.0, 4_000, pid=2, device_index=2),
+    ]
+    doc = export(make_trace(batch_from_rows(rows)), tmp_path / "t.json")
+    counters = events_of(doc, "C")
+    assert [(e["name"], e["pid"], e["tid"], ns_of(e["ts"]) - (T0 - BASE), e["args"]) for e in counters] == [
+        ("GPU Utilization", 0, 0, 2_500, {"%": 37}),
+        ("GPU Power", 0, 0, 2_500, {"W": Decimal("250.125")}),
+        ("GPU Power", 0, 0, 3_000, {"W": None}),  # NaN is not JSON: Perfetto skips a null sample
+        ("GPU Memory Used", 0, 0, 3_000, {"MiB": Decimal("1.5e+20")}),
+        ("GPU Memory Used", 2, 0, 4_000, {chrome_trace.DEFAULT_COUNTER_SERIES: 7}),
+    ]
+    assert all(next(iter(e)) == "ph" and "cat" not in e and "dur" not in e for e in counters)
+    names = {(e["pid"], e["args"]["name"]) for e in events_of(doc, "M") if e["name"] == "process_name"}
+    # Device processes are named for their counters even without device activity; no stream lanes.
+    assert {(0, "CUDA 0"), (2, "CUDA 2")} <= names
+    assert not [e for e in events_of(doc, "M") if e["name"] == "thread_name" and e["pid"] in (0, 2)]
+    assert [e["name"] for e in events_of(doc, "X") if e.get("cat") == "cpu_op"] == ["aten::mm"]
+
+
+def test_a_cpu_activity_filter_keeps_counters(tmp_path: Path) -> None:
+    rows = [
+        MM_ROW,
+        counter_row("GPU Utilization", "%", 50.0, 2_000),
+    ]
+    only_annotations = {ProfilerActivity.CPU: frozenset({"USER_ANNOTATION"})}
+    config = ProfileConfig(activities={ProfilerActivity.CPU}, activity_filters=only_annotations)
+    doc = export(make_trace(batch_from_rows(rows), config=config), tmp_path / "t.json")
+    assert [e["name"] for e in events_of(doc, "C")] == ["GPU Utilization"]
+    assert not [e for e in events_of(doc, "X") if e.get("cat") == "cpu_op"]
+
+
+def test_counter_events_read_back_as_trace_only_counter_rows(tmp_path: Path) -> None:
+    rows = [
+        {**MM_ROW, "correlation_id": 1},
+        counter_row("GPU Utilization", "%", 37.0, 2_500),
+        counter_row("GPU Power", "W", 250.125, 2_501, pid=1, device_index=1),
+    ]
+    trace = make_trace(batch_from_rows(rows))
+    path = tmp_path / "t.json"
+    write_chrome_trace(trace, str(path))
+    back = read_chrome_trace(str(path))
+    events = back.events
+    counters = np.flatnonzero(events["kind"] == int(EventKind.COUNTER))
+    assert [events.values("name")[i] for i in counters] == ["GPU Utilization", "GPU Power"]
+    assert [events.values("counter_series")[i] for i in counters] == ["%", "W"]
+    assert events["counter_value"][counters].tolist() == [37.0, 250.125]
+    assert events["start_ns"][counters].tolist() == [T0 + 2_500, T0 + 2_501]
+    assert events["pid"][counters].tolist() == events["device_index"][counters].tolist() == [0, 1]
+    assert set(events["device_type"][counters].tolist()) == {int(DeviceType.CUDA)}
+    assert events["trace_only"][counters].all()
+    assert back.notes == ()  # counters are not "unknown categories"
+    tree = EventTree.from_trace(back, use_device=None)
+    assert not np.isin(tree.source[~tree.synthetic], counters).any(), "events() leaves counters out"
+    # ... and a second trip writes the same counter events.
+    again = tmp_path / "again.json"
+    write_chrome_trace(back, str(again))
+    assert events_of(load_exact(again), "C") == events_of(load_exact(path), "C")
+
+
+def test_counters_of_other_writers_read_back_one_row_per_numeric_series() -> None:
+    # HTA's generate_trace_with_counters writes {name: value} counters on a rank's lanes; chrome://tracing
+    # counters may carry several series (stacked), and an "id" ("ctr id: 1" in Perfetto).
+    doc = {
+        "baseTimeNanoseconds": BASE,
+        "traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "CUDA 1"}},
+            {"ph": "C", "name": "Queue Length", "pid": 1, "tid": 7, "ts": 1.5, "args": {"Queue Length": 3}},
+            {
+                "ph": "C",
+                "name": "ctr",
+                "id": "1",
+                "pid": PID,
+                "ts": 2.25,
+                "args": {"cats": 1, "dogs": 2.5, "label": "not a number"},
+            },
+            {"ph": "C", "name": "no args", "pid": PID, "ts": 3},
+            {"ph": "C", "name": "no ts", "pid": PID, "args": {"v": 1}},
+        ],
+    }
+    events = trace_from_chrome(doc).events
+    rows = [
+        (n, s, v, t - BASE, p, tid, dt, di, only)
+        for n, s, v, t, p, tid, dt, di, only in zip(
+            events.values("name"),
+            events.values("counter_series"),
+            events["counter_value"].tolist(),
+            events["start_ns"].tolist(),
+            events["pid"].tolist(),
+            events["tid"].tolist(),
+            events["device_type"].tolist(),
+            events["device_index"].tolist(),
+            events["trace_only"].tolist(),
+        )
+    ]
+    assert rows == [
+        ("Queue Length", "Queue Length", 3.0, 1_500, 1, 7, int(DeviceType.CUDA), 1, True),
+        ("ctr", "cats", 1.0, 2_250, PID, 0, int(DeviceType.CPU), -1, True),
+        ("ctr", "dogs", 2.5, 2_250, PID, 0, int(DeviceType.CPU), -1, True),
+    ]
+    assert set(events["kind"].tolist()) == {int(EventKind.COUNTER)}

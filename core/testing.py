@@ -27,7 +27,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
-
 from polyprof.activity import ProfilerActivity, coerce_activity
 from polyprof.components import Aggregator, Capabilities, Exporter, Subscriber, Tracer
 from polyprof.config import ProfileConfig
@@ -253,7 +252,8 @@ def make_event_batch(events: Sequence[Mapping[str, Any]], source: str = "test") 
             ]
             columns[field], tables[field] = intern_column(values, empty=empty)
         else:
-            columns[field] = [int(event.get(field, spec.default)) for event in events]
+            convert = float if spec.dtype.startswith("float") else int  # counter values are floats
+            columns[field] = [convert(event.get(field, spec.default)) for event in events]
     return EventBatch.build(source, columns, tables)
 
 
@@ -295,3 +295,28 @@ __all__ = [
     "make_plugin_manager_for_tests",
     "make_trace",
 ]
+
+
+def run_pytest_in_child(path: str, *args: str, timeout_s: float = 600.0) -> str:
+    """Run the tests of ``path`` with pytest in a fresh Python process; return its summary line.
+
+    For tests that change what is process-wide and cannot be undone, such as
+    asking torch's collector for a device activity torch's build cannot record
+    (its Kineto keeps device state for the rest of the process). Raises
+    ``AssertionError`` with pytest's output when any test there fails.
+    """
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", path, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    lines = done.stdout.strip().splitlines()
+    summary = lines[-1] if lines else ""
+    if done.returncode != 0:
+        raise AssertionError(f"{path} failed in its own process: {summary}\n{done.stdout[-6000:]}{done.stderr[-2000:]}")
+    return summary

@@ -1004,7 +1004,8 @@ def test_reader_keeps_metadata_and_skips_unknown_categories(tmp_path: Path) -> N
 
 # -------------------------------------------------------------- round trip
 
-KINDS = [k for k in EventKind]
+#: Counter samples carry no ids or durations to round-trip; their own tests are at the end.
+KINDS = [k for k in EventKind if k != EventKind.COUNTER]
 DEVICE_KINDS = {
     EventKind.KERNEL,
     EventKind.GPU_MEMCPY,

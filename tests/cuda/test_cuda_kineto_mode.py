@@ -190,3 +190,56 @@ def test_cpu_and_cuda_decoders_split_one_result_and_the_op_gets_its_kernel_time_
     assert self_cuda["aten::mm"] == pytest.approx(50.0)  # its 50 µs kernel
     # the copy is device time; the 800 µs stream sync and the overhead row are not
     assert self_cuda["aten::_local_scalar_dense"] == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------- the plugin in Kineto mode
+
+
+@pytest.fixture
+def cuda_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA build of torch with a device, as the plugin sees it (no GPU here)."""
+    from polyprof import torch_support
+
+    build = torch_support.TorchBuild("2.11.0+cu130", cuda="13.0")
+    monkeypatch.setattr(torch_support, "installed_build", lambda: build)
+    monkeypatch.setattr(kineto, "kineto_mode_reason", lambda: None)
+
+    def no_cupti() -> str | None:
+        raise AssertionError("CUPTI must not be probed where torch's Kineto owns it")
+
+    from polyprof_cuda import probe
+
+    monkeypatch.setattr(probe, "unavailable_reason", no_cupti)
+
+
+def test_with_a_cuda_build_of_torch_the_plugin_never_touches_cupti(cuda_build: None) -> None:
+    from polyprof_cuda import plugin
+
+    caps = plugin.polyprof_capabilities()
+    assert caps.unavailable_reason is None
+    assert caps.mode == "via torch's Kineto (torch 2.11.0+cu130, CUDA 13.0)"
+    config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.CUDA})
+    assert plugin.polyprof_torch_collector_activities(config) == ["CUDA"]
+    assert [type(t) for t in plugin.polyprof_make_tracers(config)] == [kineto.KinetoCudaTracer]
+    assert plugin.polyprof_torch_collector_activities(ProfileConfig(activities={ProfilerActivity.CPU})) is None
+
+
+def test_a_session_in_kineto_mode_asks_torchs_collector_for_cuda() -> None:
+    """In its own process: asking torch's CPU build for CUDA leaves Kineto device state behind."""
+    from pathlib import Path
+
+    from polyprof.testing import run_pytest_in_child
+
+    path = Path(__file__).resolve().parents[1] / "in_child" / "cuda_sessions.py"
+    assert "1 passed" in run_pytest_in_child(str(path))
+
+
+def test_without_a_device_cuda_is_left_out_with_a_warning(cuda_build: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from polyprof.session import ActivityUnavailableWarning
+    from polyprof_cuda import plugin
+
+    monkeypatch.setattr(kineto, "kineto_mode_reason", lambda: "torch 2.11.0+cu130 sees no CUDA device")
+    config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.CUDA})
+    assert plugin.polyprof_torch_collector_activities(config) is None
+    with pytest.warns(ActivityUnavailableWarning, match="sees no CUDA device; profiling without it"):
+        assert [type(t) for t in plugin.polyprof_make_tracers(config)] == [kineto.KinetoCudaTracer]

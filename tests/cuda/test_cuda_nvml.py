@@ -403,7 +403,11 @@ class StandInCuptiTracer(Tracer):
 
 @pytest.fixture
 def cuda_plugin_usable(monkeypatch):
+    """Direct CUPTI mode (a torch without CUDA, CUPTI usable), with a stand-in tracer."""
+    from polyprof_cuda import mode
+
     monkeypatch.setattr(probe, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(mode, "current_mode", lambda: mode.CudaMode(mode.DIRECT, "direct CUPTI (test)"))
     monkeypatch.setattr(plugin, "CuptiTracer", StandInCuptiTracer)
 
 

@@ -1,0 +1,31 @@
+"""A session in polyprof-xpu's Kineto mode, run in its own process by
+tests/xpu/test_xpu_kineto_mode.py (torch's CPU build keeps Kineto device state once asked
+for XPU)."""
+
+from __future__ import annotations
+
+import polyprof
+import pytest
+import torch
+from polyprof import torch_support
+from polyprof.activity import ProfilerActivity
+from polyprof.testing import make_plugin_manager_for_tests
+from polyprof_xpu import kineto
+from polyprof_xpu import plugin as xpu_plugin
+
+XPU_BUILD = torch_support.TorchBuild("2.15.0+xpu", xpu="20250301")
+
+
+@pytest.fixture
+def xpu_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch_support, "installed_build", lambda: XPU_BUILD)
+    monkeypatch.delenv("IPEX_ZE_TRACING", raising=False)
+
+
+def test_the_session_asks_torchs_collector_for_xpu(xpu_build: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kineto, "device_reason", lambda: None)
+    pm = make_plugin_manager_for_tests(("xpu", xpu_plugin), builtins=True)
+    with polyprof.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.XPU], plugin_manager=pm) as prof:
+        torch.ones(4).add(1)
+    assert prof.trace.config.torch_activities == frozenset({"XPU"})
+    assert "aten::add" in prof.trace.events.values("name")

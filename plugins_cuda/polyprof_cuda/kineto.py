@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.events import DeviceType, EventBatch, EventKind
 from polyprof.torch_result import CollectorResult, TorchResultTracer, decode_device_rows
 
-from polyprof_cuda.device import cuda_initialized
+from polyprof_cuda.device import DeviceInfo, cuda_initialized
 
 log = get_logger(__name__)
 
@@ -78,6 +79,11 @@ class KinetoCudaTracer(TorchResultTracer):
     name = SOURCE
     activities = frozenset({ProfilerActivity.CUDA})
 
+    def __init__(self, device_info: DeviceInfo | None = None) -> None:
+        super().__init__()
+        self._device_info = device_info if device_info is not None else DeviceInfo()
+        self._device_properties: list[dict[str, Any]] = []
+
     def stop(self) -> None:
         # torch.profiler synchronizes the current device before stopping its collector, so the
         # last kernels are in the result; never initialise CUDA for it.
@@ -85,6 +91,11 @@ class KinetoCudaTracer(TorchResultTracer):
             import torch
 
             torch.cuda.synchronize()
+        # Kineto's deviceProperties, read from torch while CUDA is up (none when it never was)
+        self._device_properties = self._device_info.all_properties()
+
+    def trace_metadata(self) -> dict[str, Any]:
+        return {"device_properties": list(self._device_properties)}
 
     def decode(self, item: CollectorResult) -> list[EventBatch]:
         batch = decode_cuda_rows(item, pid=os.getpid())

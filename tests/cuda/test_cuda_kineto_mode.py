@@ -243,3 +243,14 @@ def test_without_a_device_cuda_is_left_out_with_a_warning(cuda_build: None, monk
     assert plugin.polyprof_torch_collector_activities(config) is None
     with pytest.warns(ActivityUnavailableWarning, match="sees no CUDA device; profiling without it"):
         assert [type(t) for t in plugin.polyprof_make_tracers(config)] == [kineto.KinetoCudaTracer]
+
+
+def test_the_trace_gets_kinetos_device_properties_read_at_stop() -> None:
+    class Devices:
+        def all_properties(self) -> list[dict]:
+            return [{"id": 0, "name": "NVIDIA H200", "numSms": 132}]
+
+    tracer = kineto.KinetoCudaTracer(device_info=Devices())
+    tracer.start()
+    tracer.stop()
+    assert tracer.trace_metadata()["device_properties"] == [{"id": 0, "name": "NVIDIA H200", "numSms": 132}]

@@ -140,6 +140,7 @@ def _connect_torch_result_tracers(tracers: list[Tracer]) -> None:
         )
     for client in clients:
         owners[0].share_results_with(client)
+        client.fed_by(owners[0])
 
 
 @attrs.define(eq=False)

@@ -99,11 +99,30 @@ class TorchResultTracer(Tracer):
 
     hands_over_while_recording = False
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._owner: TorchCollectorOwner | None = None
+
+    def fed_by(self, owner: TorchCollectorOwner) -> None:
+        """The session connects this tracer to the owner of torch's collector."""
+        self._owner = owner
+
     def start(self) -> None:
         self.outbox.reopen()
 
+    def before_collector_stops(self) -> None:
+        """torch's collector is about to stop, at the end or for a nested torch profiler (user's
+        thread): wait for the devices in use here, as torch.profiler does. Default: nothing."""
+
     def stop(self) -> None:
-        """Before the collector stops (user's thread). Default: nothing."""
+        """Before the owner stops the collector (user's thread); the owner closes the outbox."""
+        self.before_collector_stops()
+
+    def toggle_collection(self, enable: bool, activities: frozenset[Any]) -> None:
+        """Pause or resume this tracer's activities in torch's collector (through its owner)."""
+        names = {activity.name for activity in self.activities & activities}
+        if names and self._owner is not None:
+            self._owner.toggle_torch_activities(enable, frozenset(names))
 
     def receive(self, result: CollectorResult) -> None:
         """A result of the collector (owner's thread, at stop or at a nested profiler's start)."""
@@ -153,6 +172,7 @@ def decode_device_rows(
     device_type: DeviceType,
     kind_by_activity_type: dict[str, EventKind],
     pid: int,
+    also_tagged: frozenset[DeviceType] = frozenset(),
 ) -> EventBatch:
     """One device's rows of ``result`` as a batch, with the links torch made.
 
@@ -162,8 +182,11 @@ def decode_device_rows(
     there and stay with the CPU tracer. Device rows sit on (device index,
     stream); host rows on (process ``pid``, OS thread), with torch's small
     thread id for the tree. ``linked_correlation_id`` is the launching op's id,
-    ``correlation_id`` the device API's.
+    ``correlation_id`` the device API's. ``also_tagged``: other device types
+    torch gives this device's rows (some releases tag XPU rows CUDA); the
+    rows come out as ``device_type``.
     """
+    tagged = {int(device_type), *(int(t) for t in also_tagged)}
     events = result.events()
     types = result.activity_types()
     picked: list[tuple[Any, EventKind, str]] = []
@@ -171,11 +194,11 @@ def decode_device_rows(
         for ev, t in zip(events, types, strict=True):
             kind = kind_by_activity_type.get(t)
             # "kernel", "gpu_memcpy", ... name no device: keep the device rows of this device only
-            if kind is not None and (kind not in ON_DEVICE_KINDS or int(ev.device_type()) == int(device_type)):
+            if kind is not None and (kind not in ON_DEVICE_KINDS or int(ev.device_type()) in tagged):
                 picked.append((ev, kind, t))
     else:
         for ev in events:
-            if int(ev.device_type()) == int(device_type):
+            if int(ev.device_type()) in tagged:
                 kind = device_row_kind_by_name(ev)
                 picked.append((ev, kind, _KINETO_TYPE_OF_DEVICE_KIND[kind]))
     n = len(picked)
@@ -229,6 +252,10 @@ class TorchCollectorOwner(abc.ABC):
     @abc.abstractmethod
     def share_results_with(self, tracer: TorchResultTracer) -> None:
         """Hand every result of the collector to ``tracer`` too, and tell it when they are complete."""
+
+    @abc.abstractmethod
+    def toggle_torch_activities(self, enable: bool, names: frozenset[str]) -> None:
+        """Pause or resume torch's collector for these activities (``"CUDA"``, ...) while recording."""
 
 
 __all__ = [

@@ -1001,6 +1001,8 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
             return
         warnings.warn(NESTED_PROFILER_MESSAGE, NestedProfilerWarning, stacklevel=user_stacklevel())
         log.warning("nested_torch_profiler", action="paused")
+        for tracer in self._result_tracers:  # their devices' queued work belongs in this result
+            tracer.before_collector_stops()
         self._hand_over(_disable_profiler())
         self._state = "paused"
         self._notes.append(
@@ -1049,16 +1051,16 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         from torch._C._autograd import _toggle_collection_dynamic
         from torch._C._profiler import ProfilerActivity as TorchActivity
 
-        if self._state != "running":
-            return
-        chosen = {TorchActivity.CPU} if ProfilerActivity.CPU in activities & self.activities else set()
-        # the device activities this collector records for device plugins, where those are toggled
-        chosen |= {
-            getattr(TorchActivity, name)
-            for name in self.config.torch_activities
-            if name in {a.name for a in activities}
-        }
-        if chosen:
+        if ProfilerActivity.CPU in activities & self.activities and self._state == "running":
+            _toggle_collection_dynamic(enable, {TorchActivity.CPU})
+
+    def toggle_torch_activities(self, enable: bool, names: frozenset[str]) -> None:
+        """A device tracer's activities, paused or resumed in this collector (``TorchResultTracer``)."""
+        from torch._C._autograd import _toggle_collection_dynamic
+        from torch._C._profiler import ProfilerActivity as TorchActivity
+
+        chosen = {getattr(TorchActivity, name) for name in names & self.config.torch_activities}
+        if chosen and self._state == "running":
             _toggle_collection_dynamic(enable, chosen)
 
     def decode(self, item: CollectorResult) -> list[EventBatch]:

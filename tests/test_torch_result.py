@@ -190,3 +190,61 @@ def test_collector_result_reads_what_torch_gives_once_only_once() -> None:
     assert results == [1, 1, 1] and Raw.saves == 1
     assert result.events() is result.events()
     assert result.activity_types() == ["cpu_op"]
+
+
+# ------------------------------------------------- the owner, driven without a collector run
+
+
+class _RecordingResultTracer(TorchResultTracer):
+    name = "recording_device"
+    activities = frozenset({ProfilerActivity.CUDA})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def before_collector_stops(self) -> None:
+        self.calls.append("before_collector_stops")
+
+    def receive(self, result: CollectorResult) -> None:
+        self.calls.append("receive")
+        super().receive(result)
+
+    def decode(self, item: CollectorResult) -> list[EventBatch]:
+        return []
+
+
+def _owner_with_client() -> tuple[Any, _RecordingResultTracer]:
+    config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.CUDA}, torch_activities={"CUDA"})
+    owner = torch_cpu.TorchCpuTracer(config)
+    client = _RecordingResultTracer()
+    owner.share_results_with(client)
+    client.fed_by(owner)
+    owner._state = "running"  # as after start(), without running torch's collector for CUDA
+    return owner, client
+
+
+def test_device_activities_are_toggled_in_torchs_collector_through_the_owner(monkeypatch: Any) -> None:
+    import torch._C._autograd as autograd
+    from torch._C._profiler import ProfilerActivity as TorchActivity
+
+    toggled: list[tuple[bool, set]] = []
+    monkeypatch.setattr(autograd, "_toggle_collection_dynamic", lambda enable, acts: toggled.append((enable, acts)))
+    owner, client = _owner_with_client()
+    client.toggle_collection(False, frozenset({ProfilerActivity.CUDA}))
+    owner.toggle_collection(False, frozenset({ProfilerActivity.CUDA}))  # CPU not asked: nothing
+    client.toggle_collection(True, frozenset({ProfilerActivity.CPU, ProfilerActivity.CUDA}))
+    owner.toggle_collection(True, frozenset({ProfilerActivity.CPU, ProfilerActivity.CUDA}))
+    assert toggled == [(False, {TorchActivity.CUDA}), (True, {TorchActivity.CUDA}), (True, {TorchActivity.CPU})]
+
+
+def test_a_nested_torch_profiler_pause_waits_for_the_devices_first(monkeypatch: Any) -> None:
+    import torch._C._autograd as autograd
+
+    monkeypatch.setattr(autograd, "_disable_profiler", lambda: "raw result")
+    owner, client = _owner_with_client()
+    with pytest.warns(torch_cpu.NestedProfilerWarning):
+        owner._pause_for_inner_profiler()
+    assert client.calls == ["before_collector_stops", "receive"]
+    (item,) = client.outbox.drain()
+    assert item.raw == "raw result"

@@ -60,14 +60,15 @@ def kineto_mode_reason() -> str | None:
     if not cuda_version:
         return f"torch {torch.__version__} is not a CUDA build"
     try:
-        from torch._C._profiler import ProfilerActivity as TorchActivity
-
-        if not hasattr(TorchActivity, "CUDA"):
-            return f"torch {torch.__version__}'s profiler has no CUDA activity"
         if not torch.cuda.is_available():
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
             hint = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
             return f"torch {torch.__version__} sees no CUDA device{hint}"
+        from torch.profiler import ProfilerActivity as TorchActivity
+        from torch.profiler import supported_activities
+
+        if TorchActivity.CUDA not in supported_activities():
+            return f"torch {torch.__version__}'s Kineto cannot record CUDA (no CUPTI in this build)"
     except Exception as exc:  # noqa: BLE001 - a broken CUDA setup is a reason, not a crash
         return f"torch's CUDA check failed: {exc!r}"
     return None
@@ -84,13 +85,16 @@ class KinetoCudaTracer(TorchResultTracer):
         self._device_info = device_info if device_info is not None else DeviceInfo()
         self._device_properties: list[dict[str, Any]] = []
 
-    def stop(self) -> None:
+    def before_collector_stops(self) -> None:
         # torch.profiler synchronizes the current device before stopping its collector, so the
         # last kernels are in the result; never initialise CUDA for it.
         if cuda_initialized():
             import torch
 
             torch.cuda.synchronize()
+
+    def stop(self) -> None:
+        super().stop()
         # Kineto's deviceProperties, read from torch while CUDA is up (none when it never was)
         self._device_properties = self._device_info.all_properties()
 

@@ -11,13 +11,12 @@ CUDA sessions also get the NVML sampler's GPU counters (``polyprof_cuda.nvml``).
 
 from __future__ import annotations
 
-import warnings
+import sys
 
 from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities, Tracer
 from polyprof.config import ProfileConfig
 from polyprof.hookspecs import hookimpl
-from polyprof.session import ActivityUnavailableWarning, user_stacklevel
 
 from polyprof_cuda import kineto, mode, nvml
 from polyprof_cuda.tracer import CuptiTracer
@@ -28,6 +27,12 @@ def polyprof_capabilities() -> Capabilities:
     chosen = mode.current_mode()
     if chosen.kind is None:
         return Capabilities(activities={ProfilerActivity.CUDA}, unavailable_reason=chosen.detail)
+    if chosen.kind == mode.KINETO and "torch" in sys.modules:
+        # torch is loaded (so is its CUDA runtime): ask it whether it can record CUDA, as
+        # torch.profiler.supported_activities() does, so default activities match torch's
+        reason = kineto.kineto_mode_reason()
+        if reason is not None:
+            return Capabilities(activities={ProfilerActivity.CUDA}, unavailable_reason=reason)
     return Capabilities(activities={ProfilerActivity.CUDA}, mode=chosen.detail)
 
 
@@ -48,14 +53,8 @@ def polyprof_make_tracers(config: ProfileConfig) -> list[Tracer]:
         return []
     tracers: list[Tracer]
     if chosen.kind == mode.KINETO:
-        reason = kineto.kineto_mode_reason()
-        if reason is not None:  # as torch.profiler does: warn, and record the rest
-            warnings.warn(
-                f"ProfilerActivity.CUDA: {reason}; profiling without it",
-                ActivityUnavailableWarning,
-                stacklevel=user_stacklevel(),
-            )
-            return [kineto.KinetoCudaTracer()]
+        if kineto.kineto_mode_reason() is not None:  # capabilities said so already
+            return []
         tracers = [kineto.KinetoCudaTracer()]
     else:
         tracers = [CuptiTracer(config)]

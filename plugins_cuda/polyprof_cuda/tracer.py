@@ -298,7 +298,7 @@ class CuptiTracer(Tracer):
         # A CUPTI error here must not end the user's program: what was delivered so far stays.
         try:
             self.api.flush_all(True)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             reason = self.api.classify(exc).reason
             log.warning("cupti_final_flush_failed", reason=reason, exc_info=True)
             self._notes.append(

@@ -59,6 +59,11 @@ def device_reason() -> str | None:
     try:
         if not torch.xpu.is_available():
             return f"torch {torch.__version__} sees no XPU device"
+        from torch.profiler import ProfilerActivity as TorchActivity
+        from torch.profiler import supported_activities
+
+        if TorchActivity.XPU not in supported_activities():
+            return f"torch {torch.__version__}'s Kineto cannot record XPU"
     except Exception as exc:  # noqa: BLE001 - a broken XPU setup is a reason, not a crash
         return f"torch's XPU check failed: {exc!r}"
     return None
@@ -78,7 +83,7 @@ class KinetoXpuTracer(TorchResultTracer):
     name = SOURCE
     activities = frozenset({ProfilerActivity.XPU})
 
-    def stop(self) -> None:
+    def before_collector_stops(self) -> None:
         # torch.profiler synchronizes XPU before stopping its collector, so the last kernels are
         # in the result; polyprof never initialises the device for it.
         if _xpu_initialized():
@@ -93,6 +98,13 @@ class KinetoXpuTracer(TorchResultTracer):
 
 def decode_xpu_rows(result: CollectorResult, *, pid: int) -> EventBatch:
     """The XPU rows of ``result`` as one batch."""
+    # Releases before Kineto's XPU branch of deviceTypeFromActivity tag XPU kernels, copies and
+    # fills CUDA, and GPU annotations are tagged CUDA in every XPU build: an XPU process has no CUDA.
     return decode_device_rows(
-        result, source=SOURCE, device_type=DeviceType.XPU, kind_by_activity_type=KIND_BY_ACTIVITY_TYPE, pid=pid
+        result,
+        source=SOURCE,
+        device_type=DeviceType.XPU,
+        kind_by_activity_type=KIND_BY_ACTIVITY_TYPE,
+        pid=pid,
+        also_tagged=frozenset({DeviceType.CUDA}),
     )

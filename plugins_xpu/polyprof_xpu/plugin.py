@@ -10,7 +10,7 @@ can run. Importing this module arranges the Level Zero tracing environment
 
 from __future__ import annotations
 
-import warnings
+import sys
 from typing import Any
 
 from polyprof import torch_support
@@ -19,7 +19,6 @@ from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities, Tracer
 from polyprof.config import ProfileConfig
 from polyprof.hookspecs import hookimpl
-from polyprof.session import ActivityUnavailableWarning, user_stacklevel
 
 from polyprof_xpu import env, kineto, probe
 
@@ -46,7 +45,11 @@ def polyprof_capabilities() -> Capabilities:
     disabled = env.ipex_disabled_reason()
     mode = current_mode()
     if mode.kind == "kineto" and not disabled:
-        # torch's Kineto owns PTI here: never probe it (a device is asked for when XPU is recorded)
+        # torch's Kineto owns PTI here: never probe it. With torch loaded, ask it whether it can
+        # record XPU, as torch.profiler.supported_activities() does.
+        reason = kineto.device_reason() if "torch" in sys.modules else None
+        if reason is not None:
+            return Capabilities(activities={ProfilerActivity.XPU}, unavailable_reason=reason)
         return Capabilities(activities={ProfilerActivity.XPU}, mode=mode.detail)
     finding = availability()
     return Capabilities(
@@ -68,13 +71,8 @@ def polyprof_make_tracers(config: ProfileConfig) -> list[Tracer]:
     if ProfilerActivity.XPU not in config.activities:
         return []
     if current_mode().kind == "kineto":
-        reason = kineto.device_reason()
-        if reason is not None:  # as torch.profiler does: warn, and record the rest
-            warnings.warn(
-                f"ProfilerActivity.XPU: {reason}; profiling without it",
-                ActivityUnavailableWarning,
-                stacklevel=user_stacklevel(),
-            )
+        if kineto.device_reason() is not None:  # capabilities said so already
+            return []
         return [kineto.KinetoXpuTracer()]
     finding = availability()
     if not finding.get("available"):

@@ -234,15 +234,31 @@ def test_a_session_in_kineto_mode_asks_torchs_collector_for_cuda() -> None:
     assert "1 passed" in run_pytest_in_child(str(path))
 
 
-def test_without_a_device_cuda_is_left_out_with_a_warning(cuda_build: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_device_cuda_is_unavailable_as_torch_says(cuda_build: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.profiler lists CUDA only with a device: the default activities and the warning match."""
+    import polyprof
+    import torch
     from polyprof.session import ActivityUnavailableWarning
+    from polyprof.testing import make_plugin_manager_for_tests
     from polyprof_cuda import plugin
 
     monkeypatch.setattr(kineto, "kineto_mode_reason", lambda: "torch 2.11.0+cu130 sees no CUDA device")
+    caps = plugin.polyprof_capabilities()
+    assert caps.unavailable_reason == "torch 2.11.0+cu130 sees no CUDA device"
     config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.CUDA})
     assert plugin.polyprof_torch_collector_activities(config) is None
-    with pytest.warns(ActivityUnavailableWarning, match="sees no CUDA device; profiling without it"):
-        assert [type(t) for t in plugin.polyprof_make_tracers(config)] == [kineto.KinetoCudaTracer]
+    assert plugin.polyprof_make_tracers(config) == []
+    pm = make_plugin_manager_for_tests(("cuda", plugin), builtins=True)
+    with polyprof.profile(plugin_manager=pm) as prof:  # default activities: no CUDA, no warning
+        torch.ones(2).add(1)
+    assert prof.trace.config.activities == frozenset({ProfilerActivity.CPU})
+    pm = make_plugin_manager_for_tests(("cuda", plugin), builtins=True)
+    with (
+        pytest.warns(ActivityUnavailableWarning, match="sees no CUDA device"),
+        polyprof.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], plugin_manager=pm) as prof,
+    ):
+        torch.ones(2).add(1)
+    assert prof.trace.config.torch_activities == frozenset()
 
 
 def test_the_trace_gets_kinetos_device_properties_read_at_stop() -> None:

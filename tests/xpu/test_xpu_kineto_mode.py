@@ -15,7 +15,6 @@ from polyprof import torch_support
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
 from polyprof.events import DeviceType, EventKind
-from polyprof.session import ActivityUnavailableWarning
 from polyprof.torch_result import CollectorResult
 
 torch = pytest.importorskip("torch")
@@ -44,6 +43,7 @@ def test_in_kineto_mode_pti_is_never_probed(xpu_build: None, monkeypatch: pytest
         raise AssertionError("PTI must not be probed where torch's Kineto owns it")
 
     monkeypatch.setattr(xpu_plugin.probe, "run_in_child", no_probe)
+    monkeypatch.setattr(kineto, "device_reason", lambda: None)
     caps = xpu_plugin.polyprof_capabilities()
     assert caps.unavailable_reason is None
     assert caps.mode == "via torch's Kineto (torch 2.15.0+xpu, XPU 20250301)"
@@ -59,13 +59,13 @@ def test_the_session_asks_torchs_collector_for_xpu() -> None:
     assert "1 passed" in run_pytest_in_child(str(path))
 
 
-def test_without_a_device_xpu_is_left_out_with_a_warning(xpu_build: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_device_xpu_is_unavailable_as_torch_says(xpu_build: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kineto, "device_reason", lambda: "torch 2.15.0+xpu sees no XPU device")
+    caps = xpu_plugin.polyprof_capabilities()
+    assert caps.unavailable_reason == "torch 2.15.0+xpu sees no XPU device"
     config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.XPU})
     assert xpu_plugin.polyprof_torch_collector_activities(config) is None
-    with pytest.warns(ActivityUnavailableWarning, match="sees no XPU device; profiling without it"):
-        tracers = xpu_plugin.polyprof_make_tracers(config)
-    assert [type(t) for t in tracers] == [kineto.KinetoXpuTracer]
+    assert xpu_plugin.polyprof_make_tracers(config) == []
 
 
 class _Event:
@@ -125,13 +125,24 @@ class _Raw:
         return self._events
 
 
+def test_xpu_rows_torch_tags_cuda_are_still_xpu_rows() -> None:
+    """Releases before Kineto's XPU branch of deviceTypeFromActivity tag XPU kernels CUDA."""
+    from torch._C._autograd import DeviceType as TorchDeviceType
+
+    kernel = _Event("gemm_kernel", "kernel", True, 400, 11, 1)
+    kernel._device = TorchDeviceType.CUDA
+    batch = kineto.decode_xpu_rows(CollectorResult(_Raw([kernel])), pid=77)
+    assert batch.values("name") == ["gemm_kernel"]
+    assert batch["device_type"].tolist() == [int(DeviceType.XPU)]
+
+
 def test_the_xpu_rows_of_a_result_and_not_another_devices_kernels() -> None:
     events = [
         _Event("aten::mm", "cpu_op", False, 0, 1, 0),
         _Event("urEnqueueKernelLaunch", "xpu_runtime", False, 100, 11, 1),
         _Event("zeCommandListAppendLaunchKernel", "xpu_driver", False, 150, 12, 1),
         _Event("gemm_kernel", "kernel", True, 400, 11, 1),
-        _Event("cuda_kernel", "kernel", False, 500, 13, 1),  # not an XPU row: another device's kernel
+        _Event("host_kernel", "kernel", False, 500, 13, 1),  # a CPU-tagged "kernel": no XPU row
         _Event("cudaLaunchKernel", "cuda_runtime", False, 600, 13, 1),
     ]
     batch = kineto.decode_xpu_rows(CollectorResult(_Raw(events)), pid=77)

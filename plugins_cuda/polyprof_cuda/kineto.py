@@ -23,14 +23,11 @@ import os
 import sys
 from typing import Any
 
-from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.events import DeviceType, EventBatch, EventKind
 from polyprof.torch_result import CollectorResult, TorchResultTracer, decode_device_rows
 
 from polyprof_cuda.device import DeviceInfo, cuda_initialized
-
-log = get_logger(__name__)
 
 SOURCE = "cuda_kineto"
 #: Kineto's activity type -> polyprof's kind, for the rows polyprof-cuda decodes.

@@ -207,6 +207,10 @@ def decode_device_rows(
     rows = [ev for ev, _, _ in picked]
     kind = np.array([int(k) for _, k, _ in picked], dtype=np.int8)
     on_device = np.isin(kind, [int(k) for k in ON_DEVICE_KINDS])
+    # a stream sync recorded on the device (cuda_sync) sits on its stream's lane, as Kineto draws it;
+    # it is never device time (polyprof.tree)
+    device_tagged = np.array([int(ev.device_type()) in tagged for ev in rows], dtype=bool)
+    on_device |= (kind == int(EventKind.SYNC)) & device_tagged
     # Kineto's activity type marks each row as one torch's collector recorded: the tree applies the
     # installed release's rules to those (before 2.12, the type Kineto files the kind under).
     type_names: dict[str, int] = {}

@@ -153,6 +153,8 @@ def test_the_cuda_rows_of_a_result_with_torchs_links() -> None:
     assert batch["linked_correlation_id"][kernel] == 1 and batch["correlation_id"][kernel] == 101
     # each row is marked as one torch's collector recorded (the tree follows torch's rules for those)
     assert batch.values("activity_type") == [r[1] for r in ROWS if r[1] != "cpu_op"]
+    sync = names.index("Stream Sync")  # on its stream's lane, as Kineto draws it
+    assert (batch["pid"][sync], batch["tid"][sync], batch["device_type"][sync]) == (0, 7, DeviceType.CUDA)
     launch = names.index("cudaLaunchKernel")
     assert (batch["pid"][launch], batch["tid"][launch]) == (PID, OS_TID)
     assert batch["device_type"][launch] == DeviceType.CPU

@@ -250,6 +250,33 @@ def _as_int64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+def kineto_device_reason(device: str, *, hint: str = "") -> str | None:
+    """None when torch sees a ``device`` ("cuda", "xpu") device and its Kineto records it, else why not.
+
+    What ``torch.profiler.supported_activities()`` asks before it lists a
+    device activity; device plugins ask it when that device is recorded or
+    torch is loaded. ``hint`` follows "sees no ... device" (e.g. the visible
+    devices setting).
+    """
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        import torch
+    name = device.upper()
+    try:
+        if not getattr(torch, device).is_available():
+            return f"torch {torch.__version__} sees no {name} device{hint}"
+        from torch.profiler import ProfilerActivity as TorchActivity
+        from torch.profiler import supported_activities
+
+        if getattr(TorchActivity, name) not in supported_activities():
+            return f"torch {torch.__version__}'s Kineto cannot record {name}"
+    except Exception as exc:  # noqa: BLE001 - a broken device setup is a reason, not a crash
+        return f"torch's {name} check failed: {exc!r}"
+    return None
+
+
 class TorchCollectorOwner(abc.ABC):
     """The one tracer of a session that drives torch's collector."""
 
@@ -271,4 +298,5 @@ __all__ = [
     "TorchResultTracer",
     "decode_device_rows",
     "device_row_kind_by_name",
+    "kineto_device_reason",
 ]

@@ -248,3 +248,13 @@ def test_a_nested_torch_profiler_pause_waits_for_the_devices_first(monkeypatch: 
     assert client.calls == ["before_collector_stops", "receive"]
     (item,) = client.outbox.drain()
     assert item.raw == "raw result"
+
+
+def test_kineto_device_reason_asks_torch_as_supported_activities_does() -> None:
+    from polyprof.torch_result import kineto_device_reason
+
+    if not torch.cuda.is_available():  # no GPU here: torch lists no CUDA, and says why
+        assert kineto_device_reason("cuda", hint=" (hint)") == f"torch {torch.__version__} sees no CUDA device (hint)"
+    if not torch.xpu.is_available():
+        assert kineto_device_reason("xpu") == f"torch {torch.__version__} sees no XPU device"
+    assert kineto_device_reason("no_such_device").startswith("torch's NO_SUCH_DEVICE check failed: AttributeError")

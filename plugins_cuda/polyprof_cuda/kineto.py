@@ -25,7 +25,7 @@ from typing import Any
 
 from polyprof.activity import ProfilerActivity
 from polyprof.events import DeviceType, EventBatch, EventKind
-from polyprof.torch_result import CollectorResult, TorchResultTracer, decode_device_rows
+from polyprof.torch_result import CollectorResult, TorchResultTracer, decode_device_rows, kineto_device_reason
 
 from polyprof_cuda.device import DeviceInfo, cuda_initialized
 
@@ -44,8 +44,8 @@ KIND_BY_ACTIVITY_TYPE: dict[str, EventKind] = {
 def kineto_mode_reason() -> str | None:
     """None when torch's Kineto serves CUDA in this process, else why not.
 
-    Asked only when CUDA is being recorded (torch.profiler asks the same of
-    ``torch.cuda.is_available()`` then); it never initialises a CUDA context.
+    Asked when CUDA is recorded or torch is loaded, as torch.profiler asks it
+    (``polyprof.torch_result.kineto_device_reason``); it never initialises a CUDA context.
     """
     torch = sys.modules.get("torch")
     if torch is None:
@@ -56,19 +56,8 @@ def kineto_mode_reason() -> str | None:
     cuda_version = getattr(torch.version, "cuda", None)
     if not cuda_version:
         return f"torch {torch.__version__} is not a CUDA build"
-    try:
-        if not torch.cuda.is_available():
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-            hint = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
-            return f"torch {torch.__version__} sees no CUDA device{hint}"
-        from torch.profiler import ProfilerActivity as TorchActivity
-        from torch.profiler import supported_activities
-
-        if TorchActivity.CUDA not in supported_activities():
-            return f"torch {torch.__version__}'s Kineto cannot record CUDA (no CUPTI in this build)"
-    except Exception as exc:  # noqa: BLE001 - a broken CUDA setup is a reason, not a crash
-        return f"torch's CUDA check failed: {exc!r}"
-    return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return kineto_device_reason("cuda", hint=f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else "")
 
 
 class KinetoCudaTracer(TorchResultTracer):

@@ -21,7 +21,7 @@ from typing import Literal
 import attrs
 from polyprof.activity import ProfilerActivity
 from polyprof.events import DeviceType, EventBatch, EventKind
-from polyprof.torch_result import CollectorResult, TorchResultTracer, decode_device_rows
+from polyprof.torch_result import CollectorResult, TorchResultTracer, decode_device_rows, kineto_device_reason
 from polyprof.torch_support import TorchBuild
 
 SOURCE = "xpu_kineto"
@@ -52,21 +52,8 @@ def choose_mode(torch_build: TorchBuild | None) -> XpuMode:
 
 
 def device_reason() -> str | None:
-    """None when torch sees an XPU device, else why not (asked when XPU is recorded, as torch asks)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        import torch
-    try:
-        if not torch.xpu.is_available():
-            return f"torch {torch.__version__} sees no XPU device"
-        from torch.profiler import ProfilerActivity as TorchActivity
-        from torch.profiler import supported_activities
-
-        if TorchActivity.XPU not in supported_activities():
-            return f"torch {torch.__version__}'s Kineto cannot record XPU"
-    except Exception as exc:  # noqa: BLE001 - a broken XPU setup is a reason, not a crash
-        return f"torch's XPU check failed: {exc!r}"
-    return None
+    """None when torch sees an XPU device and its Kineto records XPU, else why not."""
+    return kineto_device_reason("xpu")
 
 
 def _xpu_initialized() -> bool:

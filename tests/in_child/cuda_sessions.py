@@ -4,30 +4,20 @@ for CUDA)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from polyprof.activity import ProfilerActivity
-from polyprof_cuda import kineto, mode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cuda"))
+
+from test_cuda_kineto_mode import cuda_build  # noqa: F401 - the fixture, shared
+
+pytestmark = pytest.mark.usefixtures("cuda_build")
 
 
-@pytest.fixture
-def cuda_build(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A CUDA build of torch with a device, as the plugin sees it (no GPU here)."""
-    from polyprof import torch_support
-
-    mode.forget_cached_mode()
-    build = torch_support.TorchBuild("2.11.0+cu130", cuda="13.0")
-    monkeypatch.setattr(torch_support, "installed_build", lambda: build)
-    monkeypatch.setattr(kineto, "kineto_mode_reason", lambda: None)
-
-    def no_cupti() -> str | None:
-        raise AssertionError("CUPTI must not be probed where torch's Kineto owns it")
-
-    from polyprof_cuda import probe
-
-    monkeypatch.setattr(probe, "unavailable_reason", no_cupti)
-
-
-def test_a_session_in_kineto_mode_asks_torchs_collector_for_cuda(cuda_build: None) -> None:
+def test_a_session_in_kineto_mode_asks_torchs_collector_for_cuda() -> None:
     import polyprof
     import torch
     from polyprof.testing import make_plugin_manager_for_tests

@@ -4,25 +4,25 @@ for XPU)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import polyprof
 import pytest
 import torch
-from polyprof import torch_support
 from polyprof.activity import ProfilerActivity
 from polyprof.testing import make_plugin_manager_for_tests
 from polyprof_xpu import kineto
 from polyprof_xpu import plugin as xpu_plugin
 
-XPU_BUILD = torch_support.TorchBuild("2.15.0+xpu", xpu="20250301")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "xpu"))
+
+from test_xpu_kineto_mode import xpu_build  # noqa: F401 - the fixture, shared
+
+pytestmark = pytest.mark.usefixtures("xpu_build")
 
 
-@pytest.fixture
-def xpu_build(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch_support, "installed_build", lambda: XPU_BUILD)
-    monkeypatch.delenv("IPEX_ZE_TRACING", raising=False)
-
-
-def test_the_session_asks_torchs_collector_for_xpu(xpu_build: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_session_asks_torchs_collector_for_xpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kineto, "device_reason", lambda: None)
     pm = make_plugin_manager_for_tests(("xpu", xpu_plugin), builtins=True)
     with polyprof.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.XPU], plugin_manager=pm) as prof:

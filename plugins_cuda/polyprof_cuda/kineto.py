@@ -20,7 +20,6 @@ runtime and driver calls are CPU-side there and the CPU tracer keeps them
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 from polyprof.activity import ProfilerActivity
@@ -42,20 +41,12 @@ KIND_BY_ACTIVITY_TYPE: dict[str, EventKind] = {
     "overhead": EventKind.OVERHEAD,
 }
 def kineto_mode_reason() -> str | None:
-    """None when torch's Kineto serves CUDA in this process, else why not.
+    """None when torch's Kineto can record CUDA in this process, else why not.
 
-    Asked when CUDA is recorded or torch is loaded, as torch.profiler asks it
-    (``polyprof.torch_result.kineto_device_reason``); it never initialises a CUDA context.
+    The plugin asks it in Kineto mode only (a CUDA build of torch,
+    ``polyprof_cuda.mode``), when CUDA is recorded or torch is loaded, as
+    torch.profiler asks it; it never initialises a CUDA context.
     """
-    torch = sys.modules.get("torch")
-    if torch is None:
-        try:
-            import torch
-        except ImportError:
-            return "torch is not installed"
-    cuda_version = getattr(torch.version, "cuda", None)
-    if not cuda_version:
-        return f"torch {torch.__version__} is not a CUDA build"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     return kineto_device_reason("cuda", hint=f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else "")
 

@@ -511,7 +511,6 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
         "device_type": device_type,
         "device_index": device_index,
         "correlation_id": np.where(host, ext, correlation_arg),
-        "linked_correlation_id": np.where(host, 0, ext),
         "external_id": ext,
         "sequence_nr": arg("Sequence number", -1),
         "fwd_thread": arg("Fwd thread id", 0),
@@ -560,6 +559,9 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
         dur_ns = np.where(gpu_annotation, np.maximum(dur_ns - 2, 0), dur_ns)
     columns["start_ns"] = start_ns
     columns["dur_ns"] = dur_ns
+    columns["linked_correlation_id"] = _checked_links(
+        kind, pid, tid, start_ns, dur_ns, ext, correlation_arg, host, on_device
+    )
     batch = EventBatch.build(SOURCE, columns, tables)
     counter_batch = (
         _counter_rows(counters, base_ns, _device_lanes(raw_events) if lanes is None else lanes)
@@ -587,6 +589,78 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
         device_properties=tuple(p for p in (doc.get("deviceProperties") or ()) if isinstance(p, dict)),
         notes=tuple(notes),
     )
+
+
+#: Device kinds that Kineto links through their API call's correlation id.
+_LAUNCHED_KINDS = kind_codes({EventKind.KERNEL, EventKind.GPU_MEMCPY, EventKind.GPU_MEMSET, EventKind.SYNC})
+#: Host rows an API call can be linked to (torch pushes their ids as external correlation ids).
+_LAUNCHER_KINDS = kind_codes({EventKind.CPU_OP, EventKind.USER_ANNOTATION})
+#: How far a call may seem to stick out of the op that holds it: older Kineto truncated ``ts``
+#: and ``dur`` to whole microseconds separately, and ops and API calls come from two clocks.
+_SLACK_NS = 1_000
+
+
+def _checked_links(
+    kind: np.ndarray,
+    pid: np.ndarray,
+    tid: np.ndarray,
+    start_ns: np.ndarray,
+    dur_ns: np.ndarray,
+    ext: np.ndarray,
+    correlation: np.ndarray,
+    host: np.ndarray,
+    on_device: np.ndarray,
+) -> np.ndarray:
+    """Each non-host row's ``External id`` where it really names the op that launched it, else 0.
+
+    torch links an API call to the innermost op open on the calling thread, so a
+    true link names an op of the same process and thread whose interval holds
+    the call's start. Some Kineto releases wrote a device row's own CUPTI
+    correlation id as its ``External id`` when nothing linked it (HTA's sample
+    traces have thousands), and those ids meet torch's op ids by accident: taken
+    at face value, a copy issued in ``aten::copy_`` would count as the Self CUDA
+    of an ``aten::detach`` seconds earlier. So an API call keeps its link only
+    when that op holds it; a kernel, copy, fill or sync follows the API call with
+    its correlation id, and without one keeps an id that is not its own
+    correlation id. GPU annotations and other rows keep theirs.
+    """
+    linked = np.where(host, 0, ext)
+    if not (linked > 0).any():
+        return linked
+    ops = np.flatnonzero(host & np.isin(kind, _LAUNCHER_KINDS) & (ext > 0))
+    ops = ops[np.argsort(ext[ops], kind="stable")]
+    op_ids = ext[ops]
+    calls = np.flatnonzero(~host & ~on_device & (linked > 0))
+    held = np.zeros(len(calls), dtype=bool)
+    lo = np.searchsorted(op_ids, linked[calls], side="left")
+    hi = np.searchsorted(op_ids, linked[calls], side="right")
+    for k in range(int((hi - lo).max()) if len(calls) else 0):  # ops sharing an id: rare, few
+        has = lo + k < hi
+        op = ops[np.minimum(lo + k, len(ops) - 1)]
+        call_start = start_ns[calls]
+        held |= (
+            has
+            & (pid[op] == pid[calls])
+            & (tid[op] == tid[calls])
+            & (start_ns[op] - _SLACK_NS <= call_start)
+            & (call_start <= start_ns[op] + dur_ns[op] + _SLACK_NS)
+        )
+    linked[calls[~held]] = 0
+    launched = np.flatnonzero(on_device & np.isin(kind, _LAUNCHED_KINDS) & (linked > 0))
+    if len(launched):
+        # Every API call with a correlation id vouches for its device rows, linked or not; where
+        # two share one, a linked call sorts first.
+        api = np.flatnonzero(~host & ~on_device & (correlation > 0))
+        api = api[np.lexsort((linked[api] == 0, correlation[api]))]
+        api_corr = correlation[api]
+        pos = np.minimum(np.searchsorted(api_corr, correlation[launched]), max(len(api) - 1, 0))
+        found = api_corr[pos] == correlation[launched] if len(api) else np.zeros(len(launched), dtype=bool)
+        own_id = linked[launched] == correlation[launched]
+        if len(api):
+            linked[launched] = np.where(found, linked[api[pos]], np.where(own_id, 0, linked[launched]))
+        else:
+            linked[launched] = np.where(own_id, 0, linked[launched])
+    return linked
 
 
 def _kept_fragments(args: list[dict[str, Any]], on_device: np.ndarray, host: np.ndarray) -> list[str | None]:

@@ -1071,8 +1071,12 @@ def test_round_trip_keeps_every_column(rows: list[dict[str, Any]], gz: bool) -> 
         write_chrome_trace(trace, path)
         back = trace_from_chrome(load_chrome_trace(path)).events
     assert len(back) == len(batch)
-    for field in ("kind", "start_ns", "dur_ns", "correlation_id", "linked_correlation_id"):
+    for field in ("kind", "start_ns", "dur_ns", "correlation_id"):
         assert back[field].tolist() == batch[field].tolist(), field
+    # A link comes back, or is dropped where no op of the call's thread holds the call (random rows
+    # rarely have one): the reader never trusts an id that could be another source's by accident.
+    for was, now in zip(batch["linked_correlation_id"].tolist(), back["linked_correlation_id"].tolist()):
+        assert now in (was, 0)
     assert back.values("name") == batch.values("name")
     kinds = [EventKind(k) for k in batch["kind"].tolist()]
     for i, kind in enumerate(kinds):

@@ -1,0 +1,108 @@
+"""``polyprof report`` on GPU traces that torch.profiler (Kineto) wrote on A100s.
+
+The traces are Holistic Trace Analysis's test data (tests/data/kineto_gpu/README.md).
+The oracle is torch's rule, computed here from the JSON alone: a runtime or
+driver call belongs to the op its ``External id`` names when that op is open on
+the calling thread at the call (that is how torch makes the link, pushing the op
+id on the thread's correlation stack); a kernel, copy or fill belongs to the op of
+the call with its correlation id; an op's Self CUDA is the time of the device rows
+that belong to it; syncs and overhead are never device time. Needs no torch.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from polyprof.cli_report import load_report_results
+from polyprof.events import DeviceType
+
+DATA = Path(__file__).parent / "data" / "kineto_gpu"
+TRACES = sorted(p.name for p in DATA.glob("*.json.gz"))
+DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+#: Kineto's older releases truncated ts and dur to whole microseconds.
+SLACK_US = 1.0
+
+
+def _complete_events(name: str) -> list[dict[str, Any]]:
+    with gzip.open(DATA / name) as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def torch_self_cuda(events: list[dict[str, Any]]) -> tuple[Counter, Counter]:
+    """(Self CUDA µs per op name, Self CUDA µs per device-row name) under torch's linking rule."""
+    ops_by_id: dict[Any, list[dict]] = defaultdict(list)
+    for e in events:
+        if e.get("cat") in ("cpu_op", "user_annotation"):
+            ops_by_id[e["args"].get("External id")].append(e)
+
+    def op_holding(call: dict) -> dict | None:
+        for op in ops_by_id.get(call["args"].get("External id"), ()):
+            same_thread = (op["pid"], op["tid"]) == (call["pid"], call["tid"])
+            if same_thread and op["ts"] - SLACK_US <= call["ts"] <= op["ts"] + op["dur"] + SLACK_US:
+                return op
+        return None
+
+    op_of_correlation = {}
+    for call in events:
+        if call.get("cat") in ("cuda_runtime", "cuda_driver") and (op := op_holding(call)) is not None:
+            op_of_correlation[call["args"]["correlation"]] = op["name"]
+    by_op: Counter = Counter()
+    by_device_row: Counter = Counter()
+    for row in events:
+        if row.get("cat") in DEVICE_WORK:
+            by_device_row[row["name"]] += row["dur"]
+            owner = op_of_correlation.get(row["args"].get("correlation"))
+            if owner is not None:
+                by_op[owner] += row["dur"]
+    return by_op, by_device_row
+
+
+def polyprof_self_cuda(name: str) -> tuple[dict[str, float], dict[str, float]]:
+    averages = load_report_results(DATA / name).key_averages()
+    host = {a.key: a.self_device_time_total for a in averages if a.device_type == DeviceType.CPU}
+    device = {a.key: a.self_device_time_total for a in averages if a.device_type != DeviceType.CPU}
+    return host, device
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_self_cuda_per_op_and_per_kernel_is_torchs(name: str) -> None:
+    expected_ops, expected_rows = torch_self_cuda(_complete_events(name))
+    host, device = polyprof_self_cuda(name)
+    assert {k: round(v, 3) for k, v in host.items() if v} == {
+        k: round(v, 3) for k, v in expected_ops.items()
+    }
+    assert {k: round(v, 3) for k, v in device.items() if v} == {
+        k: round(v, 3) for k, v in expected_rows.items()
+    }
+
+
+def test_unlinked_rows_never_take_an_op_with_the_same_id() -> None:
+    """Every call and device row here has its own correlation id as ``External id``; many equal op ids."""
+    events = _complete_events("a100_simple_add_unlinked.json.gz")
+    op_ids = {e["args"].get("External id") for e in events if e.get("cat") == "cpu_op"}
+    aliased = [e for e in events if e.get("cat") != "cpu_op" and e["args"].get("External id") in op_ids]
+    assert len(aliased) >= 50 and any(e["cat"] in DEVICE_WORK for e in aliased)  # the trap is really there
+    host, device = polyprof_self_cuda("a100_simple_add_unlinked.json.gz")
+    assert not any(host.values())  # torch linked nothing, so no op has Self CUDA
+    device_total = sum(e["dur"] for e in events if e.get("cat") in DEVICE_WORK)
+    assert sum(device.values()) == pytest.approx(device_total)  # 41 syncs add nothing
+    assert device_total == pytest.approx(49_816)
+
+
+def test_linked_gemm_and_workspace_memset_are_aten_mm_self_cuda() -> None:
+    host, device = polyprof_self_cuda("a100_event_sync_multi_stream.json.gz")
+    assert host["aten::mm"] == pytest.approx(372.0)  # 3 GEMMs (369 µs) and 3 memsets (3 µs)
+    assert host["aten::matmul"] == 0
+    assert device["Event Sync"] == 0  # a sync is not device time
+
+
+def test_triton_kernel_belongs_to_its_launcher_not_the_sync() -> None:
+    host, device = polyprof_self_cuda("a100_triton_compiled.json.gz")
+    assert host["triton_poi_fused_add_cos_sin_0"] == pytest.approx(1.76)
+    assert host["cudaDeviceSynchronize"] == 0 and host["cuLaunchKernel"] == 0
+    assert device["triton_poi_fused_add_cos_sin_0"] == pytest.approx(1.76)

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import attrs
 import numpy as np
 from polyprof.components import Tracer
 from polyprof.events import DeviceType, EventBatch, EventKind
@@ -32,9 +33,13 @@ from polyprof.events import DeviceType, EventBatch, EventKind
 #: torch's ``ProfilerActivity`` members a device plugin may ask torch's collector for (CPU is the
 #: collector owner's own).
 TORCH_COLLECTOR_ACTIVITY_NAMES = ("CUDA", "XPU", "MTIA", "HPU", "PrivateUse1")
-#: Kineto's activity types (``_KinetoEvent.activity_type()``) of the rows the CPU tracer owns:
-#: everything else in a collector result belongs to a device plugin.
+#: Kineto's activity types (``_KinetoEvent.activity_type()``) of the rows the CPU tracer always
+#: owns. It also keeps host rows of types no device tracer claims, as torch lists them.
 HOST_ACTIVITY_TYPES = frozenset({"cpu_op", "user_annotation", "python_function", "cpu_instant_event"})
+#: Before torch 2.12 (no activity type): the kind of a host-side row of a collector result that a
+#: device tracer decodes (a runtime or driver call, its tracer's overhead), told by Kineto's name
+#: for it; None leaves the row to the CPU tracer.
+HostRowKind = Callable[[str], "EventKind | None"]
 
 
 class CollectorResult:
@@ -98,10 +103,21 @@ class TorchResultTracer(Tracer):
     """
 
     hands_over_while_recording = False
+    #: Kineto's activity types of the rows ``decode`` takes (torch 2.12+). The CPU tracer leaves
+    #: these out and keeps every other host row.
+    claimed_activity_types: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
         super().__init__()
         self._owner: TorchCollectorOwner | None = None
+
+    def host_row_kind(self, name: str) -> EventKind | None:
+        """Before torch 2.12: the kind of the host-side row named ``name`` if ``decode`` takes it.
+
+        Runtime and driver calls and the device tracer's overhead are CPU-tagged
+        rows there, told apart only by Kineto's names for them. Default: none.
+        """
+        return None
 
     def fed_by(self, owner: TorchCollectorOwner) -> None:
         """The session connects this tracer to the owner of torch's collector."""
@@ -173,13 +189,16 @@ def decode_device_rows(
     kind_by_activity_type: dict[str, EventKind],
     pid: int,
     also_tagged: frozenset[DeviceType] = frozenset(),
+    host_row_kind: HostRowKind | None = None,
 ) -> EventBatch:
     """One device's rows of ``result`` as a batch, with the links torch made.
 
     Which rows: by Kineto's activity type where torch has the accessor (2.12+),
     through ``kind_by_activity_type``. Before 2.12, the rows on ``device_type``
-    (``device_row_kind_by_name``); runtime and driver calls are CPU-side rows
-    there and stay with the CPU tracer. Device rows sit on (device index,
+    (``device_row_kind_by_name``), and the CPU-tagged rows ``host_row_kind``
+    names (runtime and driver calls, overhead; ``record_function`` ranges
+    never), filed under the activity type ``kind_by_activity_type`` gives
+    their kind. Device rows sit on (device index,
     stream); host rows on (process ``pid``, OS thread), with torch's small
     thread id for the tree. ``linked_correlation_id`` is the launching op's id,
     ``correlation_id`` the device API's. ``also_tagged``: other device types
@@ -197,10 +216,17 @@ def decode_device_rows(
             if kind is not None and (kind not in ON_DEVICE_KINDS or int(ev.device_type()) in tagged):
                 picked.append((ev, kind, t))
     else:
+        cpu = int(DeviceType.CPU)
+        type_of_kind = {kind: t for t, kind in kind_by_activity_type.items()}
         for ev in events:
-            if int(ev.device_type()) in tagged:
+            device = int(ev.device_type())
+            if device in tagged:
                 kind = device_row_kind_by_name(ev)
                 picked.append((ev, kind, _KINETO_TYPE_OF_DEVICE_KIND[kind]))
+            elif device == cpu and host_row_kind is not None:
+                host_kind = host_row_kind(ev.name())
+                if host_kind is not None and not ev.is_user_annotation():  # as DeviceRowClaims
+                    picked.append((ev, host_kind, type_of_kind.get(host_kind, host_kind.name.lower())))
     n = len(picked)
     if not n:
         return EventBatch.empty(source)
@@ -277,6 +303,53 @@ def kineto_device_reason(device: str, *, hint: str = "") -> str | None:
     return None
 
 
+@attrs.frozen
+class DeviceRowClaims:
+    """Which rows of a collector result the session's device tracers decode; the CPU tracer reads the rest.
+
+    ``activity_types`` (torch 2.12+): None claims every type but the host
+    ones. ``host_row_kinds`` (before 2.12): each tracer's ``host_row_kind``.
+    """
+
+    activity_types: frozenset[str] | None = None
+    host_row_kinds: tuple[HostRowKind, ...] = ()
+
+    @classmethod
+    def of(cls, tracers: Iterable[TorchResultTracer]) -> DeviceRowClaims:
+        tracers = list(tracers)
+        types = frozenset().union(*(t.claimed_activity_types for t in tracers))
+        return cls(types, tuple(t.host_row_kind for t in tracers))
+
+    def claims_type(self, activity_type: str) -> bool:
+        if activity_type in HOST_ACTIVITY_TYPES:
+            return False
+        return self.activity_types is None or activity_type in self.activity_types
+
+    def claims_host_row(self, event: Any) -> bool:
+        """Before 2.12: whether a CPU-tagged row is a device tracer's (its name says so, and it is not
+        a ``record_function`` range, which may be named anything)."""
+        if not self.host_row_kinds:
+            return False
+        name = event.name()
+        return any(kind(name) is not None for kind in self.host_row_kinds) and not event.is_user_annotation()
+
+    def host_rows(self, events: list[Any], activity_types: list[str] | None) -> list[Any]:
+        """The rows of ``events`` the CPU tracer decodes.
+
+        2.12+: host types, and unclaimed types tagged CPU (a device-tagged row
+        of a type no tracer claims has no decoder: it is left out, as before
+        any device plugin existed). Before: CPU-tagged rows no tracer claims.
+        """
+        cpu = int(DeviceType.CPU)
+        if activity_types is not None:
+            return [
+                ev
+                for ev, t in zip(events, activity_types, strict=True)
+                if t in HOST_ACTIVITY_TYPES or (not self.claims_type(t) and int(ev.device_type()) == cpu)
+            ]
+        return [ev for ev in events if int(ev.device_type()) == cpu and not self.claims_host_row(ev)]
+
+
 class TorchCollectorOwner(abc.ABC):
     """The one tracer of a session that drives torch's collector."""
 
@@ -294,6 +367,8 @@ __all__ = [
     "ON_DEVICE_KINDS",
     "TORCH_COLLECTOR_ACTIVITY_NAMES",
     "CollectorResult",
+    "DeviceRowClaims",
+    "HostRowKind",
     "TorchCollectorOwner",
     "TorchResultTracer",
     "decode_device_rows",

@@ -34,8 +34,8 @@ from polyprof.events import EventBatch, EventKind, concat, intern_column, intern
 from polyprof.hookspecs import hookimpl
 from polyprof.session import user_stacklevel
 from polyprof.torch_result import (
-    HOST_ACTIVITY_TYPES,
     CollectorResult,
+    DeviceRowClaims,
     TorchCollectorOwner,
     TorchResultTracer,
 )
@@ -405,10 +405,10 @@ class _DeferredDecoder:
         structured: tuple[tuple[str, str], ...] = (),
         saved: SavedKinetoTrace | None = None,
         rerooted: np.ndarray | None = None,
-        host_only: bool = False,
+        claims: DeviceRowClaims | None = None,
     ) -> None:
         self._result = result
-        self._host_only = host_only  # the result holds device rows too: read the host rows only
+        self._claims = claims  # the result holds device rows too: read the host rows only
         self._rerooted = rerooted  # frames whose parent was one of polyprof's own: roots now
         self._saved = saved  # torch's own trace of the result, where decoding read it already
         self._keep = keep
@@ -444,7 +444,7 @@ class _DeferredDecoder:
 
     def _read(self, result: Any) -> dict[str, tuple[np.ndarray, tuple | None]]:
         with _gc_paused():
-            events = _visible_events(result, host_only=self._host_only)
+            events = _visible_events(result, self._claims)
             if self._keep is not None:
                 events = [events[i] for i in self._keep.tolist()]
             columns: dict[str, tuple[np.ndarray, tuple | None]] = {
@@ -481,17 +481,22 @@ class _gc_paused:
             gc.enable()
 
 
-def decode_result(result: Any, config: ProfileConfig, *, pid: int | None = None) -> tuple[EventBatch, dict]:
+def decode_result(
+    result: Any, config: ProfileConfig, *, pid: int | None = None, claims: DeviceRowClaims | None = None
+) -> tuple[EventBatch, dict]:
     """Turn a ``torch._C._autograd._ProfilerResult`` into one ``EventBatch``.
 
     Decodes now what tables need (names, times, threads, and what the flags
     ask for: FLOPs, shapes, stacks, memory) and defers what only traces and
     ``events()`` need (OS thread ids, correlation and sequence ids, flows,
     Kineto's args), so a table prints before those are ever read. Returns the
-    batch and facts for the trace (``start_ns``).
+    batch and facts for the trace (``start_ns``). ``claims``: the rows the
+    session's device tracers decode from the same result (default, when
+    ``config.torch_activities`` asked torch for device activity: every row
+    of a device type).
     """
     with _gc_paused():
-        return _decode_now(result, config, pid=os.getpid() if pid is None else pid)
+        return _decode_now(result, config, pid=os.getpid() if pid is None else pid, claims=claims)
 
 
 class _Interner(dict):
@@ -509,16 +514,16 @@ def _intern_stream(values: Any, n: int) -> tuple[np.ndarray, tuple]:
     return indices, tuple(interner)
 
 
-def _visible_events(result: Any, *, host_only: bool = False) -> list[Any]:
+def _visible_events(result: Any, claims: DeviceRowClaims | None = None) -> list[Any]:
     """``result.events()`` without the events torch's own parse skips (hidden ones).
 
-    ``host_only``: without the rows device plugins decode (kernels, copies,
+    ``claims``: without the rows device tracers decode (kernels, copies,
     runtime and driver calls, ...) when torch's collector recorded device
     activity for them (``polyprof.torch_result``).
     """
     events = result.events()
-    if host_only:
-        events = _host_rows(events)
+    if claims is not None:
+        events = _host_rows(events, claims)
     if not torch_support.installed().has_accessor("is_hidden_event"):
         return events  # a torch without the accessor (2.6) hides nothing: its parse reads every event
     hidden = _column(events, "is_hidden_event", "bool")
@@ -527,25 +532,16 @@ def _visible_events(result: Any, *, host_only: bool = False) -> list[Any]:
     return events
 
 
-def _host_rows(events: list[Any]) -> list[Any]:
-    """The CPU tracer's rows of a result that holds device rows too.
+def _host_rows(events: list[Any], claims: DeviceRowClaims) -> list[Any]:
+    """The CPU tracer's rows of a result that holds device rows too: those no device tracer claims.
 
-    By Kineto's activity type where torch has the accessor (2.12+). Before,
-    by device type only: runtime and driver calls are CPU-side there and stay
-    with the host rows (docs/cuda.md, "Device rows from torch's collector").
+    By Kineto's activity type where torch has the accessor (2.12+); before, by
+    device type and the names device tracers give their host-side rows.
     """
+    types = None
     if torch_support.installed().has_accessor("activity_type"):
-        kinds = map(_accessor(events, "activity_type"), events)
-        return [ev for ev, kind in zip(events, kinds, strict=True) if kind in HOST_ACTIVITY_TYPES]
-    cpu = int(_cpu_device_type())
-    device_types = map(_accessor(events, "device_type"), events)
-    return [ev for ev, dt in zip(events, device_types, strict=True) if int(dt) == cpu]
-
-
-def _cpu_device_type() -> Any:
-    from torch._C._autograd import DeviceType
-
-    return DeviceType.CPU
+        types = list(map(_accessor(events, "activity_type"), events))
+    return claims.host_rows(events, types)
 
 
 #: Frames that only polyprof's own bus threads run: the portal thread's entry, and the closer.
@@ -664,9 +660,12 @@ def _stacks(events: list[Any], notes: list[str]) -> list[tuple[str, ...]]:
     return stacks
 
 
-def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventBatch, dict]:
-    host_only = bool(config.torch_activities)
-    events = _visible_events(result, host_only=host_only)
+def _decode_now(
+    result: Any, config: ProfileConfig, *, pid: int, claims: DeviceRowClaims | None
+) -> tuple[EventBatch, dict]:
+    if claims is None and config.torch_activities:
+        claims = DeviceRowClaims()  # every row of a device type is some device tracer's
+    events = _visible_events(result, claims)
     n = len(events)
     notes: list[str] = []
     try:
@@ -783,7 +782,7 @@ def _decode_now(result: Any, config: ProfileConfig, *, pid: int) -> tuple[EventB
         else:
             trace_only = saved.python_function_batch()
     deferred = _DeferredDecoder(
-        result, deferred_scalars, with_args, keep, structured, saved, rerooted, host_only
+        result, deferred_scalars, with_args, keep, structured, saved, rerooted, claims
     )
     batch = EventBatch.build(SOURCE, columns, tables, {f: deferred.provider(f) for f in deferred.fields()})
     facts = {"start_ns": int(result.trace_start_ns()), "notes": notes}
@@ -1064,7 +1063,8 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
             _toggle_collection_dynamic(enable, chosen)
 
     def decode(self, item: CollectorResult) -> list[EventBatch]:
-        batch, facts = decode_result(item.raw, self.config)
+        claims = DeviceRowClaims.of(self._result_tracers) if self.config.torch_activities else None
+        batch, facts = decode_result(item.raw, self.config, claims=claims)
         # A recording paused around a nested profiler has several results: the first start counts.
         self._result_start_ns = min(filter(None, (self._result_start_ns, facts["start_ns"])))
         self._notes.extend(facts["notes"])

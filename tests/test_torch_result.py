@@ -20,11 +20,11 @@ from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
-from polyprof.events import EventBatch, EventKind
+from polyprof.events import DeviceType, EventBatch, EventKind
 from polyprof.hookspecs import hookimpl
 from polyprof.registry import PluginCallError
 from polyprof.testing import make_plugin_manager_for_tests, run_pytest_in_child
-from polyprof.torch_result import CollectorResult, TorchResultTracer
+from polyprof.torch_result import CollectorResult, DeviceRowClaims, TorchResultTracer, decode_device_rows
 
 torch = pytest.importorskip("torch")
 from polyprof.plugins import torch_cpu
@@ -141,8 +141,8 @@ def test_a_result_tracer_without_the_collector_owner_is_a_clear_error(monkeypatc
 class _Event:
     """A ``_KinetoEvent`` stand-in: only the accessors the host-row split reads."""
 
-    def __init__(self, name: str, activity_type: str, device_type: int) -> None:
-        self._name, self._type, self._device = name, activity_type, device_type
+    def __init__(self, name: str, activity_type: str, device_type: int, annotation: bool = False) -> None:
+        self._name, self._type, self._device, self._annotation = name, activity_type, device_type, annotation
 
     def name(self) -> str:
         return self._name
@@ -150,29 +150,136 @@ class _Event:
     def activity_type(self) -> str:
         return self._type
 
+    def is_user_annotation(self) -> bool:
+        return self._annotation
+
     def device_type(self) -> Any:
         from torch._C._autograd import DeviceType
 
         return DeviceType.CUDA if self._device else DeviceType.CPU
 
 
-def test_the_cpu_tracer_keeps_only_host_rows_of_a_result_with_device_rows() -> None:
-    events = [
-        _Event("aten::mm", "cpu_op", 0),
-        _Event("cudaLaunchKernel", "cuda_runtime", 0),
-        _Event("cuLaunchKernel", "cuda_driver", 0),
-        _Event("ampere_sgemm", "kernel", 1),
-        _Event("Memcpy HtoD", "gpu_memcpy", 1),
-        _Event("step", "user_annotation", 0),
-        _Event("train.py(3): <module>", "python_function", 0),
-        _Event("[memory]", "cpu_instant_event", 0),
-        _Event("Activity Buffer Request", "overhead", 0),
+RESULT_ROWS = [
+    _Event("aten::mm", "cpu_op", 0),
+    _Event("cudaLaunchKernel", "cuda_runtime", 0),
+    _Event("cuLaunchKernel", "cuda_driver", 0),
+    _Event("ampere_sgemm", "kernel", 1),
+    _Event("Memcpy HtoD", "gpu_memcpy", 1),
+    _Event("step", "user_annotation", 0, annotation=True),
+    _Event("cudaGraphs warm-up", "user_annotation", 0, annotation=True),  # a range may be named anything
+    _Event("train.py(3): <module>", "python_function", 0),
+    _Event("[memory]", "cpu_instant_event", 0),
+    _Event("Activity Buffer Request", "overhead", 0),
+    _Event("privateuse1Launch", "privateuse1_runtime", 0),  # no device tracer here claims this type
+    _Event("cuda range", "cuda_profiler_range", 1),
+]
+CUDA_TYPES = frozenset({"kernel", "gpu_memcpy", "cuda_runtime", "cuda_driver", "overhead"})
+
+
+def _cuda_host_row_kind(name: str) -> EventKind | None:
+    if name.startswith("cuda"):
+        return EventKind.RUNTIME
+    if name.startswith("cuL"):
+        return EventKind.DRIVER
+    return EventKind.OVERHEAD if name == "Activity Buffer Request" else None
+
+
+def test_by_activity_type_the_cpu_tracer_keeps_host_rows_and_unclaimed_host_side_types() -> None:
+    claims = DeviceRowClaims(CUDA_TYPES, (_cuda_host_row_kind,))
+    kept = [ev.name() for ev in claims.host_rows(RESULT_ROWS, [ev.activity_type() for ev in RESULT_ROWS])]
+    # torch lists a host-side row of any type; a device row no tracer decodes has no lane to go to
+    assert kept == [
+        "aten::mm",
+        "step",
+        "cudaGraphs warm-up",
+        "train.py(3): <module>",
+        "[memory]",
+        "privateuse1Launch",
     ]
-    kept = [ev.name() for ev in torch_cpu._host_rows(events)]
-    if torch_cpu.torch_support.installed().has_accessor("activity_type"):
-        assert kept == ["aten::mm", "step", "train.py(3): <module>", "[memory]"]
-    else:  # before 2.12: by device type; runtime, driver and overhead rows are CPU-side there
-        assert "ampere_sgemm" not in kept and "Memcpy HtoD" not in kept
+    every_device_type = DeviceRowClaims()  # what decode_result assumes when it is not told
+    kept = [
+        ev.name()
+        for ev in every_device_type.host_rows(RESULT_ROWS, [ev.activity_type() for ev in RESULT_ROWS])
+    ]
+    assert "privateuse1Launch" not in kept and "aten::mm" in kept
+
+
+def test_before_2_12_the_device_tracers_names_take_their_host_side_rows() -> None:
+    claims = DeviceRowClaims(None, (_cuda_host_row_kind,))
+    kept = [ev.name() for ev in claims.host_rows(RESULT_ROWS, None)]
+    assert kept == [
+        "aten::mm",
+        "step",
+        "cudaGraphs warm-up",
+        "train.py(3): <module>",
+        "[memory]",
+        "privateuse1Launch",
+    ]
+    # without a device tracer that names them, they stay CPU rows (torch's table lists them so too)
+    assert "cudaLaunchKernel" in [ev.name() for ev in DeviceRowClaims().host_rows(RESULT_ROWS, None)]
+
+
+def test_claims_of_the_sessions_result_tracers() -> None:
+    class Claiming(_RecordingResultTracer):
+        claimed_activity_types = CUDA_TYPES
+
+        def host_row_kind(self, name: str) -> EventKind | None:
+            return _cuda_host_row_kind(name)
+
+    claims = DeviceRowClaims.of([Claiming(), _RecordingResultTracer()])
+    assert claims.activity_types == CUDA_TYPES
+    assert claims.claims_type("kernel") and not claims.claims_type("cpu_op")
+    assert not claims.claims_type("privateuse1_runtime")
+    assert claims.claims_host_row(_Event("cuLaunchKernel", "", 0))
+    assert not claims.claims_host_row(_Event("cudaGraphs warm-up", "", 0, annotation=True))
+
+
+class _Event211(_Event):
+    """torch 2.11's ``_KinetoEvent``: no activity type; times and ids for decoding."""
+
+    activity_type = None  # type: ignore[assignment]
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "activity_type":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+    def __getattr__(self, name: str) -> Any:  # start_ns, correlation_id, ...: small fixed numbers
+        if name in ("activity_type", "external_id"):
+            raise AttributeError(name)
+        return lambda: 1
+
+
+def test_before_2_12_the_device_decoder_takes_the_rows_its_names_claim() -> None:
+    class Raw:
+        def events(self) -> list[Any]:
+            return [_Event211(ev.name(), "", ev._device, ev._annotation) for ev in RESULT_ROWS]
+
+    batch = decode_device_rows(
+        CollectorResult(Raw()),
+        source="cuda_test",
+        device_type=DeviceType.CUDA,
+        kind_by_activity_type={
+            "kernel": EventKind.KERNEL,
+            "cuda_runtime": EventKind.RUNTIME,
+            "cuda_driver": EventKind.DRIVER,
+            "overhead": EventKind.OVERHEAD,
+        },
+        pid=99,
+        host_row_kind=_cuda_host_row_kind,
+    )
+    taken = dict(zip(batch.values("name"), batch.values("activity_type"), strict=True))
+    # exactly the rows the CPU tracer leaves out under the same names (the test above)
+    assert taken == {
+        "cudaLaunchKernel": "cuda_runtime",
+        "cuLaunchKernel": "cuda_driver",
+        "ampere_sgemm": "kernel",
+        "Memcpy HtoD": "gpu_memcpy",
+        "Activity Buffer Request": "overhead",
+        "cuda range": "kernel",
+    }
+    runtime = batch.values("name").index("cudaLaunchKernel")
+    assert batch["pid"][runtime] == 99 and batch["device_type"][runtime] == DeviceType.CPU
 
 
 def test_collector_result_reads_what_torch_gives_once_only_once() -> None:
@@ -215,7 +322,9 @@ class _RecordingResultTracer(TorchResultTracer):
 
 
 def _owner_with_client() -> tuple[Any, _RecordingResultTracer]:
-    config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.CUDA}, torch_activities={"CUDA"})
+    config = ProfileConfig(
+        activities={ProfilerActivity.CPU, ProfilerActivity.CUDA}, torch_activities={"CUDA"}
+    )
     owner = torch_cpu.TorchCpuTracer(config)
     client = _RecordingResultTracer()
     owner.share_results_with(client)
@@ -229,13 +338,19 @@ def test_device_activities_are_toggled_in_torchs_collector_through_the_owner(mon
     from torch._C._profiler import ProfilerActivity as TorchActivity
 
     toggled: list[tuple[bool, set]] = []
-    monkeypatch.setattr(autograd, "_toggle_collection_dynamic", lambda enable, acts: toggled.append((enable, acts)))
+    monkeypatch.setattr(
+        autograd, "_toggle_collection_dynamic", lambda enable, acts: toggled.append((enable, acts))
+    )
     owner, client = _owner_with_client()
     client.toggle_collection(False, frozenset({ProfilerActivity.CUDA}))
     owner.toggle_collection(False, frozenset({ProfilerActivity.CUDA}))  # CPU not asked: nothing
     client.toggle_collection(True, frozenset({ProfilerActivity.CPU, ProfilerActivity.CUDA}))
     owner.toggle_collection(True, frozenset({ProfilerActivity.CPU, ProfilerActivity.CUDA}))
-    assert toggled == [(False, {TorchActivity.CUDA}), (True, {TorchActivity.CUDA}), (True, {TorchActivity.CPU})]
+    assert toggled == [
+        (False, {TorchActivity.CUDA}),
+        (True, {TorchActivity.CUDA}),
+        (True, {TorchActivity.CPU}),
+    ]
 
 
 def test_a_nested_torch_profiler_pause_waits_for_the_devices_first(monkeypatch: Any) -> None:
@@ -254,7 +369,12 @@ def test_kineto_device_reason_asks_torch_as_supported_activities_does() -> None:
     from polyprof.torch_result import kineto_device_reason
 
     if not torch.cuda.is_available():  # no GPU here: torch lists no CUDA, and says why
-        assert kineto_device_reason("cuda", hint=" (hint)") == f"torch {torch.__version__} sees no CUDA device (hint)"
+        assert (
+            kineto_device_reason("cuda", hint=" (hint)")
+            == f"torch {torch.__version__} sees no CUDA device (hint)"
+        )
     if not torch.xpu.is_available():
         assert kineto_device_reason("xpu") == f"torch {torch.__version__} sees no XPU device"
-    assert kineto_device_reason("no_such_device").startswith("torch's NO_SUCH_DEVICE check failed: AttributeError")
+    assert kineto_device_reason("no_such_device").startswith(
+        "torch's NO_SUCH_DEVICE check failed: AttributeError"
+    )

@@ -1,10 +1,13 @@
 """The environment Level Zero tracing needs, arranged when the plugin loads.
 
+torch's Kineto records XPU through Intel PTI, which traces Level Zero:
+
 * ``ZE_ENABLE_TRACING_LAYER=1`` must be in the environment before Level Zero
   starts (``zeInit``) on older loaders and drivers, or PTI answers
-  ``PTI_ERROR_TRACING_NOT_INITIALIZED`` (51). The plugin sets it when it loads,
-  unless the user set it; when Level Zero is already running in the process
-  it is too late, and the plugin warns.
+  ``PTI_ERROR_TRACING_NOT_INITIALIZED`` (51) and torch cannot enable its XPU
+  profiler. The plugin sets it when it loads, unless the user set it; when
+  Level Zero is already running in the process it is too late, and the plugin
+  warns.
 * ``IPEX_ZE_TRACING`` (Intel Extension for PyTorch's switch): ``1`` behaves as
   in IPEX (``ZE_ENABLE_TRACING_LAYER`` is set to 1, even over a user's 0);
   ``0`` turns XPU tracing off (the plugin reports itself unavailable, CPU
@@ -88,14 +91,15 @@ def configure(environ: Any = None) -> TracingEnvironment:
         return TracingEnvironment(None, current, set_by_plugin=False, too_late=False)
     if level_zero_started():
         message = (
-            f"polyprof-xpu: Level Zero is already running in this process, so setting {TRACING_LAYER_ENV}=1 "
-            "now has no effect; with an older Level Zero loader or driver XPU tracing then fails with "
-            f"PTI_ERROR_TRACING_NOT_INITIALIZED. Set {TRACING_LAYER_ENV}=1 in the environment before starting "
+            "polyprof-xpu: Level Zero is already running in this process, so setting "
+            f"{TRACING_LAYER_ENV}=1 now has no effect; with an older Level Zero loader or driver torch's "
+            "XPU profiler then fails with PTI_ERROR_TRACING_NOT_INITIALIZED (51). Set "
+            f"{TRACING_LAYER_ENV}=1 in the environment before starting "
             "Python, or import polyprof before using the XPU."
         )
         log.warning("tracing_layer_too_late", env=TRACING_LAYER_ENV)
         warnings.warn(message, TracingLayerTooLateWarning, stacklevel=2)
-        env[TRACING_LAYER_ENV] = "1"  # still right for child processes, the probe among them
+        env[TRACING_LAYER_ENV] = "1"  # still right for child processes
         return TracingEnvironment(None, "1", set_by_plugin=True, too_late=True)
     env[TRACING_LAYER_ENV] = "1"
     log.debug("tracing_layer_enabled", env=TRACING_LAYER_ENV)

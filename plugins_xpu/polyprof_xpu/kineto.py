@@ -1,28 +1,23 @@
-"""XPU rows from torch's own collector: the mode for every XPU build of torch.
+"""XPU rows from torch's own collector: how polyprof-xpu records XPU (``polyprof_xpu.mode``).
 
-torch's Kineto owns PTI in such a process: its XPU session registers PTI's
-callbacks when torch's collector is prepared, after any other client's, and
-then hands that client's buffers to its own completion callback. So
-polyprof-xpu never calls PTI there: it asks torch's collector for
-``ProfilerActivity.XPU`` (``polyprof_torch_collector_activities``) and decodes
-the XPU rows of torch's result (``polyprof.torch_result.decode_device_rows``):
-kernels, copies, fills, and the runtime (SYCL) and driver (Level Zero) calls,
-with the links torch made. Level Zero's tracing layer must be on before the
-loader starts for PTI to see anything, whoever calls it: ``polyprof_xpu.env``
-arranges that in both modes.
+torch's Kineto owns Intel PTI in an XPU build of torch: its XPU session
+registers PTI's callbacks when torch's collector is prepared. So polyprof-xpu
+never calls PTI: it asks torch's collector for ``ProfilerActivity.XPU``
+(``polyprof_torch_collector_activities``) and decodes the XPU rows of torch's
+result (``polyprof.torch_result.decode_device_rows``): kernels, copies, fills,
+and the runtime (SYCL) and driver (Level Zero) calls, with the links torch
+made. Level Zero's tracing layer must be on before the loader starts for PTI
+to see anything: ``polyprof_xpu.env`` arranges that.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Literal
 
-import attrs
 from polyprof.activity import ProfilerActivity
 from polyprof.events import DeviceType, EventBatch, EventKind
 from polyprof.torch_result import CollectorResult, TorchResultTracer, decode_device_rows, kineto_device_reason
-from polyprof.torch_support import TorchBuild
 
 SOURCE = "xpu_kineto"
 #: Kineto's activity type -> polyprof's kind, for the rows polyprof-xpu decodes.
@@ -34,21 +29,6 @@ KIND_BY_ACTIVITY_TYPE: dict[str, EventKind] = {
     "xpu_runtime": EventKind.RUNTIME,
     "xpu_driver": EventKind.DRIVER,
 }
-
-
-@attrs.frozen
-class XpuMode:
-    """``kineto`` for an XPU build of torch, ``direct`` (polyprof's own PTI tracer) otherwise."""
-
-    kind: Literal["kineto", "direct"]
-    detail: str
-
-
-def choose_mode(torch_build: TorchBuild | None) -> XpuMode:
-    if torch_build is not None and torch_build.xpu:
-        return XpuMode("kineto", f"via torch's Kineto (torch {torch_build.version}, XPU {torch_build.xpu})")
-    why = "torch is not installed" if torch_build is None else f"torch {torch_build.version} is not an XPU build"
-    return XpuMode("direct", f"direct PTI ({why})")
 
 
 def device_reason() -> str | None:

@@ -1,20 +1,24 @@
-"""XPU rows from torch's own collector result (polyprof_xpu.kineto): mode, hooks, decoding.
+"""XPU rows from torch's own collector result (polyprof_xpu.kineto): hooks, session, decoding.
 
 No Intel GPU exists here: an XPU build of torch is stood in for by its build record
-(``torch_support.installed_build``) and ``torch.xpu.is_available``; torch's CPU build accepts
+(``torch_support.installed_build``) and ``kineto.device_reason``; torch's CPU build accepts
 ``ProfilerActivity.XPU`` in its collector and records no device rows, so the session path is
-real, and the decoding is fed ``_KinetoEvent`` stand-ins shaped like torch's.
+real, and the decoding, tables and traces are fed ``_KinetoEvent`` stand-ins shaped like
+torch's (``kineto_standins.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
 
+import numpy as np
 import pytest
+from kineto_standins import PID, QUEUE, ROWS, KinetoEvent, KinetoEvent211, Raw
 from polyprof import torch_support
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
-from polyprof.events import DeviceType, EventKind
+from polyprof.events import DeviceType, EventKind, concat
+from polyprof.testing import make_trace
 from polyprof.torch_result import CollectorResult
 
 torch = pytest.importorskip("torch")
@@ -22,31 +26,31 @@ from polyprof_xpu import kineto
 from polyprof_xpu import plugin as xpu_plugin
 
 XPU_BUILD = torch_support.TorchBuild("2.15.0+xpu", xpu="20250301")
+XPU_AND_CPU = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.XPU})
 
 
 @pytest.fixture
 def xpu_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An XPU build of torch, as the plugin sees it; whether it sees a device is up to the test."""
     monkeypatch.setattr(torch_support, "installed_build", lambda: XPU_BUILD)
     monkeypatch.delenv("IPEX_ZE_TRACING", raising=False)
 
 
-def test_an_xpu_build_of_torch_means_kineto_mode() -> None:
-    assert kineto.choose_mode(XPU_BUILD) == kineto.XpuMode(
-        "kineto", "via torch's Kineto (torch 2.15.0+xpu, XPU 20250301)"
-    )
-    cpu = torch_support.TorchBuild("2.13.0+cpu")
-    assert kineto.choose_mode(cpu) == kineto.XpuMode("direct", "direct PTI (torch 2.13.0+cpu is not an XPU build)")
+# ------------------------------------------------------------- the plugin in Kineto mode
 
 
-def test_in_kineto_mode_pti_is_never_probed(xpu_build: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_probe() -> dict:
-        raise AssertionError("PTI must not be probed where torch's Kineto owns it")
-
-    monkeypatch.setattr(xpu_plugin.probe, "run_in_child", no_probe)
+def test_with_an_xpu_build_xpu_comes_from_torchs_collector(
+    xpu_build: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(kineto, "device_reason", lambda: None)
     caps = xpu_plugin.polyprof_capabilities()
     assert caps.unavailable_reason is None
     assert caps.mode == "via torch's Kineto (torch 2.15.0+xpu, XPU 20250301)"
+    assert xpu_plugin.polyprof_torch_collector_activities(XPU_AND_CPU) == ["XPU"]
+    assert [type(t) for t in xpu_plugin.polyprof_make_tracers(XPU_AND_CPU)] == [kineto.KinetoXpuTracer]
+    cpu_only = ProfileConfig(activities={ProfilerActivity.CPU})
+    assert xpu_plugin.polyprof_torch_collector_activities(cpu_only) is None
+    assert xpu_plugin.polyprof_make_tracers(cpu_only) == []
 
 
 def test_the_session_asks_torchs_collector_for_xpu() -> None:
@@ -56,105 +60,176 @@ def test_the_session_asks_torchs_collector_for_xpu() -> None:
     from polyprof.testing import run_pytest_in_child
 
     path = Path(__file__).resolve().parents[1] / "in_child" / "xpu_sessions.py"
-    assert "1 passed" in run_pytest_in_child(str(path))
+    assert "2 passed" in run_pytest_in_child(str(path))
 
 
-def test_without_a_device_xpu_is_unavailable_as_torch_says(xpu_build: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def _profile_cpu_and_xpu(match: str) -> object:
+    import polyprof
+    from polyprof.session import ActivityUnavailableWarning
+    from polyprof.testing import make_plugin_manager_for_tests
+
+    pm = make_plugin_manager_for_tests(("xpu", xpu_plugin), builtins=True)
+    with (
+        pytest.warns(ActivityUnavailableWarning, match=match),
+        polyprof.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.XPU], plugin_manager=pm) as prof,
+    ):
+        torch.ones(2).add(1)
+    assert prof.trace.config.torch_activities == frozenset()
+    assert "aten::add" in prof.trace.events.values("name")
+    return prof
+
+
+def test_without_a_device_xpu_is_unavailable_as_torch_says(
+    xpu_build: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(kineto, "device_reason", lambda: "torch 2.15.0+xpu sees no XPU device")
     caps = xpu_plugin.polyprof_capabilities()
     assert caps.unavailable_reason == "torch 2.15.0+xpu sees no XPU device"
-    config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.XPU})
-    assert xpu_plugin.polyprof_torch_collector_activities(config) is None
-    assert xpu_plugin.polyprof_make_tracers(config) == []
+    assert xpu_plugin.polyprof_torch_collector_activities(XPU_AND_CPU) is None
+    assert xpu_plugin.polyprof_make_tracers(XPU_AND_CPU) == []
+    _profile_cpu_and_xpu("sees no XPU device")
 
 
-class _Event:
-    """A ``_KinetoEvent`` stand-in (2.15's accessors the decoding reads)."""
-
-    def __init__(self, name: str, activity_type: str, on_device: bool, start: int, corr: int, linked: int) -> None:
-        from torch._C._autograd import DeviceType as TorchDeviceType
-
-        self._name, self._type, self._start, self._corr, self._linked = name, activity_type, start, corr, linked
-        self._device = TorchDeviceType.XPU if on_device else TorchDeviceType.CPU
-
-    def name(self) -> str:
-        return self._name
-
-    def activity_type(self) -> str:
-        return self._type
-
-    def device_type(self) -> Any:
-        return self._device
-
-    def device_index(self) -> int:
-        return 0
-
-    def device_resource_id(self) -> int:
-        return 3 if int(self._device) else 555
-
-    def start_ns(self) -> int:
-        return self._start
-
-    def end_ns(self) -> int:
-        return self._start + 1000
-
-    def correlation_id(self) -> int:
-        return self._corr
-
-    def linked_correlation_id(self) -> int:
-        return self._linked
-
-    def external_id(self) -> int:
-        return self._linked
-
-    def start_thread_id(self) -> int:
-        return 1
-
-    def is_async(self) -> bool:
-        return False
-
-    def is_user_annotation(self) -> bool:
-        return False
+def test_ipex_ze_tracing_0_profiles_cpu_only_with_a_warning(
+    xpu_build: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kineto, "device_reason", lambda: None)
+    monkeypatch.setenv("IPEX_ZE_TRACING", "0")
+    _profile_cpu_and_xpu("IPEX_ZE_TRACING=0")
 
 
-class _Raw:
-    def __init__(self, events: list[_Event]) -> None:
-        self._events = events
+def test_xpu_is_synchronized_before_torchs_collector_stops_only_when_in_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As torch.profiler does, so the last kernels are in the result; polyprof never starts the device."""
+    synced: list[bool] = []
+    monkeypatch.setattr(torch.xpu, "synchronize", lambda *a: synced.append(True))
+    monkeypatch.setattr(torch.xpu, "is_initialized", lambda: False)
+    kineto.KinetoXpuTracer().before_collector_stops()
+    assert synced == []
+    monkeypatch.setattr(torch.xpu, "is_initialized", lambda: True)
+    kineto.KinetoXpuTracer().before_collector_stops()
+    assert synced == [True]
 
-    def events(self) -> list[_Event]:
-        return self._events
+
+# ------------------------------------------------------------- decoding torch's rows
+
+
+def test_the_xpu_rows_of_a_result_with_torchs_links() -> None:
+    batch = kineto.decode_xpu_rows(CollectorResult(Raw()), pid=PID)
+    names = batch.values("name")
+    assert names == [r[0] for r in ROWS if r[1] != "cpu_op"]
+    kinds = dict(zip(names, batch["kind"].tolist(), strict=True))
+    assert kinds["urEnqueueKernelLaunch"] == EventKind.RUNTIME
+    assert kinds["zeCommandListAppendLaunchKernel"] == EventKind.DRIVER
+    assert kinds["gemm_kernel"] == EventKind.KERNEL
+    assert kinds["Memcpy M2D (Host (User Allocated) -> Device)"] == EventKind.GPU_MEMCPY
+    assert kinds["Memset (0 -> Device)"] == EventKind.GPU_MEMSET
+    kernel = names.index("gemm_kernel")  # on (device, queue)
+    assert (batch["pid"][kernel], batch["tid"][kernel], batch["stream"][kernel]) == (0, QUEUE, QUEUE)
+    assert batch["device_type"][kernel] == DeviceType.XPU
+    assert batch["linked_correlation_id"][kernel] == 1 and batch["correlation_id"][kernel] == 101
+    fill = names.index("Memset (0 -> Device)")
+    assert (batch["pid"][fill], batch["device_index"][fill]) == (1, 1)
+    launch = names.index("urEnqueueKernelLaunch")  # on (process, OS thread)
+    assert (batch["pid"][launch], batch["tid"][launch]) == (PID, 777)
+    assert batch["device_type"][launch] == DeviceType.CPU
+    assert batch.values("activity_type") == [r[1] for r in ROWS if r[1] != "cpu_op"]
+
+
+def test_before_2_12_the_device_rows_by_device_type() -> None:
+    """No activity type there: SYCL and Level Zero calls are CPU-side rows the CPU tracer keeps."""
+    batch = kineto.decode_xpu_rows(CollectorResult(Raw(event_type=KinetoEvent211)), pid=PID)
+    got = dict(zip(batch.values("name"), batch["kind"].tolist(), strict=True))
+    assert got == {
+        "gemm_kernel": EventKind.KERNEL,
+        "Memcpy M2D (Host (User Allocated) -> Device)": EventKind.GPU_MEMCPY,
+        "Memset (0 -> Device)": EventKind.GPU_MEMSET,
+        "relu_kernel": EventKind.KERNEL,
+    }
+    assert (batch["external_id"] == batch["linked_correlation_id"]).all()
 
 
 def test_xpu_rows_torch_tags_cuda_are_still_xpu_rows() -> None:
     """Releases before Kineto's XPU branch of deviceTypeFromActivity tag XPU kernels CUDA."""
     from torch._C._autograd import DeviceType as TorchDeviceType
 
-    kernel = _Event("gemm_kernel", "kernel", True, 400, 11, 1)
+    kernel = KinetoEvent(("gemm_kernel", "kernel", 0, 400, 1400, 11, 1, QUEUE))
     kernel._device = TorchDeviceType.CUDA
-    batch = kineto.decode_xpu_rows(CollectorResult(_Raw([kernel])), pid=77)
+    raw = Raw([])
+    raw._events = [kernel]
+    batch = kineto.decode_xpu_rows(CollectorResult(raw), pid=PID)
     assert batch.values("name") == ["gemm_kernel"]
     assert batch["device_type"].tolist() == [int(DeviceType.XPU)]
 
 
-def test_the_xpu_rows_of_a_result_and_not_another_devices_kernels() -> None:
-    events = [
-        _Event("aten::mm", "cpu_op", False, 0, 1, 0),
-        _Event("urEnqueueKernelLaunch", "xpu_runtime", False, 100, 11, 1),
-        _Event("zeCommandListAppendLaunchKernel", "xpu_driver", False, 150, 12, 1),
-        _Event("gemm_kernel", "kernel", True, 400, 11, 1),
-        _Event("host_kernel", "kernel", False, 500, 13, 1),  # a CPU-tagged "kernel": no XPU row
-        _Event("cudaLaunchKernel", "cuda_runtime", False, 600, 13, 1),
+def test_another_devices_rows_are_not_xpu_rows() -> None:
+    rows = [
+        ("host_kernel", "kernel", None, 500, 600, 13, 1, 555),  # a CPU-tagged "kernel": no XPU row
+        ("cudaLaunchKernel", "cuda_runtime", None, 600, 700, 13, 1, 777),
+        ("gemm_kernel", "kernel", 0, 400, 1400, 11, 1, QUEUE),
     ]
-    batch = kineto.decode_xpu_rows(CollectorResult(_Raw(events)), pid=77)
-    got = dict(zip(batch.values("name"), batch["kind"].tolist(), strict=True))
-    assert got == {
-        "urEnqueueKernelLaunch": EventKind.RUNTIME,
-        "zeCommandListAppendLaunchKernel": EventKind.DRIVER,
-        "gemm_kernel": EventKind.KERNEL,
+    batch = kineto.decode_xpu_rows(CollectorResult(Raw(rows)), pid=PID)
+    assert batch.values("name") == ["gemm_kernel"]
+
+
+# ------------------------------------------------------------- tables and traces from those rows
+
+
+def _trace():
+    """The ops of the stand-in result as the CPU tracer gives them, and its XPU rows decoded."""
+    from polyprof.events import EventBatch
+
+    ops = [r for r in ROWS if r[1] == "cpu_op"]
+    n = len(ops)
+    cpu_batch = EventBatch.build(
+        "torch_cpu",
+        {
+            "kind": np.full(n, int(EventKind.CPU_OP), dtype=np.int8),
+            "name": np.arange(n, dtype=np.int32),
+            "start_ns": np.array([r[3] for r in ops], dtype=np.int64),
+            "dur_ns": np.array([r[4] - r[3] for r in ops], dtype=np.int64),
+            "pid": np.full(n, PID, dtype=np.int64),
+            "tid": np.array([r[7] for r in ops], dtype=np.int64),
+            "thread": np.ones(n, dtype=np.int64),
+            "correlation_id": np.array([r[5] for r in ops], dtype=np.int64),
+        },
+        {"name": tuple(r[0] for r in ops)},
+    )
+    xpu_batch = kineto.decode_xpu_rows(CollectorResult(Raw()), pid=PID)
+    config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.XPU}, torch_activities={"XPU"})
+    return make_trace(concat([cpu_batch, xpu_batch]), config=config, start_ns=500, pid=PID)
+
+
+def test_each_op_gets_the_xpu_time_of_the_work_it_launched_only() -> None:
+    from polyprof.results import ProfileResults
+
+    averages = ProfileResults(traces=(_trace(),), use_device="xpu").key_averages()
+    self_xpu = {row.key: row.self_device_time_total for row in averages}
+    assert self_xpu["aten::mm"] == pytest.approx(50.0)  # its kernel
+    assert self_xpu["aten::copy_"] == pytest.approx(2.0)  # its copy, not the unlinked kernel of id 2
+    assert self_xpu["aten::fill_"] == pytest.approx(0.5)  # its fill, on the other device
+    assert {row.key: row.device_time_total for row in averages}["relu_kernel"] == pytest.approx(2.0)
+    table = averages.table(sort_by="self_xpu_time_total", row_limit=20)
+    for column in ("Self XPU", "Self XPU %", "XPU total", "XPU time avg", "Self XPU time total:"):
+        assert column in table
+
+
+def test_the_chrome_trace_is_kineto_shaped_for_xpu(tmp_path) -> None:
+    from polyprof.plugins.chrome_trace import ChromeTraceExporter
+
+    path = tmp_path / "trace.json"
+    ChromeTraceExporter().export(_trace(), str(path))
+    trace = json.loads(path.read_text())
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    assert {"kernel", "gpu_memcpy", "gpu_memset", "xpu_runtime", "xpu_driver"} <= {e["cat"] for e in events}
+    device_rows = [e for e in events if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")]
+    # one process per device, a thread per queue, the launching op's id
+    assert {(e["pid"], e["tid"], e["args"]["stream"]) for e in device_rows} == {
+        (0, QUEUE, QUEUE),
+        (1, QUEUE, QUEUE),
     }
-    kernel = batch.values("name").index("gemm_kernel")
-    assert batch["device_type"][kernel] == DeviceType.XPU
-    assert (batch["pid"][kernel], batch["tid"][kernel]) == (0, 3)
-    runtime = batch.values("name").index("urEnqueueKernelLaunch")
-    assert (batch["pid"][runtime], batch["tid"][runtime]) == (77, 555)
-    assert batch["linked_correlation_id"].tolist() == [1, 1, 1]
+    gemm = next(e for e in device_rows if e["name"] == "gemm_kernel")
+    assert gemm["args"]["External id"] == 1
+    flows = [e for e in trace["traceEvents"] if e.get("cat") == "ac2g"]
+    assert flows, "runtime -> device flows"

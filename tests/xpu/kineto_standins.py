@@ -1,0 +1,136 @@
+"""Stand-ins for torch's raw collector result of an XPU run (no Intel GPU here).
+
+``KinetoEvent`` has exactly the accessors of torch 2.15's ``_KinetoEvent``
+(``KinetoEvent211``: 2.11's, without ``activity_type`` and ``external_id``),
+filled as Kineto's XPU session fills them: an op's SYCL runtime call
+(``xpu_runtime``) and Level Zero driver call (``xpu_driver``) launch device
+work with the same PTI correlation id, and torch's external correlation links
+all of them to the op (``linked_correlation_id``). These rows are synthetic,
+not captured on an Intel GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PID = 4242
+OS_TID = 777
+QUEUE = 3  # the SYCL queue id Kineto gives as the device resource ("Stream 3")
+
+#: (name, activity type, XPU index or None for a host row, start ns, end ns, correlation id,
+#: linked correlation id, device resource: the queue of a device row, the OS thread of a host row)
+ROWS = [
+    ("aten::mm", "cpu_op", None, 1_000, 9_000, 1, 0, OS_TID),
+    ("urEnqueueKernelLaunch", "xpu_runtime", None, 2_000, 3_000, 101, 1, OS_TID),
+    ("zeCommandListAppendLaunchKernel", "xpu_driver", None, 2_200, 2_800, 101, 1, OS_TID),
+    ("gemm_kernel", "kernel", 0, 4_000, 54_000, 101, 1, QUEUE),
+    ("aten::copy_", "cpu_op", None, 60_000, 70_000, 2, 0, OS_TID),
+    ("urEnqueueUSMMemcpy", "xpu_runtime", None, 61_000, 62_000, 102, 2, OS_TID),
+    ("Memcpy M2D (Host (User Allocated) -> Device)", "gpu_memcpy", 0, 63_000, 65_000, 102, 2, QUEUE),
+    ("aten::fill_", "cpu_op", None, 80_000, 90_000, 3, 0, OS_TID),
+    ("urEnqueueUSMFill", "xpu_runtime", None, 81_000, 82_000, 103, 3, OS_TID),
+    ("Memset (0 -> Device)", "gpu_memset", 1, 83_000, 83_500, 103, 3, QUEUE),
+    # A launch outside every op: nothing to link. Its PTI correlation id (2) is also aten::copy_'s
+    # op id, a number from another counter: it must not give that op the kernel.
+    ("urEnqueueKernelLaunch", "xpu_runtime", None, 95_000, 96_000, 2, 0, OS_TID),
+    ("relu_kernel", "kernel", 0, 97_000, 99_000, 2, 0, QUEUE),
+]
+
+
+class KinetoEvent:
+    """A ``_KinetoEvent`` stand-in with 2.15's accessors."""
+
+    def __init__(self, row: tuple) -> None:
+        from torch._C._autograd import DeviceType as TorchDeviceType
+
+        (self._name, self._type, self._index, self._start, self._end, self._corr, self._linked, self._res) = (
+            row
+        )
+        self._device = TorchDeviceType.CPU if self._index is None else TorchDeviceType.XPU
+
+    def name(self) -> str:
+        return self._name
+
+    def activity_type(self) -> str:
+        return self._type
+
+    def device_type(self) -> Any:
+        return self._device
+
+    def device_index(self) -> int:
+        return PID if self._index is None else self._index
+
+    def device_resource_id(self) -> int:
+        return self._res
+
+    def start_ns(self) -> int:
+        return self._start
+
+    def end_ns(self) -> int:
+        return self._end
+
+    def duration_ns(self) -> int:
+        return self._end - self._start
+
+    def correlation_id(self) -> int:
+        return self._corr
+
+    def linked_correlation_id(self) -> int:
+        return self._linked
+
+    def external_id(self) -> int:
+        return self._linked if self._type != "cpu_op" else self._corr
+
+    def start_thread_id(self) -> int:
+        return 1
+
+    end_thread_id = start_thread_id
+
+    def is_async(self) -> bool:
+        return False
+
+    def is_user_annotation(self) -> bool:
+        return self._type in ("user_annotation", "gpu_user_annotation")
+
+    def is_python_function(self) -> bool:
+        return False
+
+    def is_hidden_event(self) -> bool:
+        return False
+
+    def sequence_nr(self) -> int:
+        return -1
+
+    def fwd_thread_id(self) -> int:
+        return 0
+
+    def scope(self) -> int:
+        return 0
+
+    def flops(self) -> int:
+        return 0
+
+    def shapes(self) -> list:
+        return []
+
+
+class KinetoEvent211(KinetoEvent):
+    """2.11's ``_KinetoEvent``: no activity_type, no external_id."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("activity_type", "external_id"):
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+class Raw:
+    """A ``_ProfilerResult`` stand-in holding ``rows`` as ``event_type`` events."""
+
+    def __init__(self, rows: list[tuple] = ROWS, event_type: type = KinetoEvent) -> None:
+        self._events = [event_type(row) for row in rows]
+
+    def events(self) -> list[Any]:
+        return self._events
+
+    def trace_start_ns(self) -> int:
+        return 500

@@ -1,24 +1,13 @@
-"""polyprof-cuda: NVIDIA GPU activity for polyprof through CUPTI (cupti-python).
+"""polyprof-cuda: NVIDIA GPU activity for polyprof, from torch's own Kineto collector.
 
-Install with ``pip install 'polyprof-cuda[cu13]'`` (CUDA 13 driver) or
-``'polyprof-cuda[cu12]'``; polyprof then finds it through its entry point and
-``ProfilerActivity.CUDA`` records kernels, memcpys, memsets and CUDA API calls.
+``pip install polyprof-cuda``; polyprof finds it through its entry point. With a CUDA build of
+torch, ``ProfilerActivity.CUDA`` then records kernels, copies, memsets, CUDA API calls and
+synchronization as torch.profiler does; with a CPU build of torch it is unavailable and says why.
 See docs/cuda.md.
 """
 
 from __future__ import annotations
 
-from polyprof_cuda.cupti_api import CuptiApi, SubscriberConflict
-from polyprof_cuda.probe import unavailable_reason
-from polyprof_cuda.tracer import CudaTracingUnavailableWarning, CuptiTracer
-
 __version__ = "0.1.0"
 
-__all__ = [
-    "CudaTracingUnavailableWarning",
-    "CuptiApi",
-    "CuptiTracer",
-    "SubscriberConflict",
-    "__version__",
-    "unavailable_reason",
-]
+__all__ = ["__version__"]

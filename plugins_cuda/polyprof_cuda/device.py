@@ -1,7 +1,7 @@
-"""Facts about CUDA devices, from torch, for Kineto's ``deviceProperties`` and kernel args.
+"""Facts about CUDA devices, from torch, for the trace's ``deviceProperties`` (Kineto's keys).
 
-Read only when CUDA is already initialised (torch never gets initialised by
-polyprof-cuda) and cached per device.
+Read only when torch has already initialised CUDA (polyprof-cuda never does) and cached per
+device.
 """
 
 from __future__ import annotations
@@ -26,16 +26,6 @@ def cuda_initialized() -> bool:
         return False
 
 
-def synchronize_all() -> None:
-    """Wait for every device's queued work (so its records exist before the final flush)."""
-    if not cuda_initialized():
-        return
-    import torch
-
-    for index in range(torch.cuda.device_count()):
-        torch.cuda.synchronize(index)
-
-
 def _kineto_properties(index: int, props: Any) -> dict[str, Any]:
     """One ``deviceProperties`` entry with Kineto's keys (libkineto's ``devicePropertiesJson``)."""
     get = lambda name, default=0: getattr(props, name, default)
@@ -58,7 +48,7 @@ def _kineto_properties(index: int, props: Any) -> dict[str, Any]:
 
 
 class DeviceInfo:
-    """Per-device facts (SM count, warp size, properties), read lazily from torch."""
+    """Per-device properties, read lazily from torch."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -80,14 +70,6 @@ class DeviceInfo:
         except Exception:
             log.debug("cuda_device_properties_failed", device=index, exc_info=True)
             return None
-
-    def sm_count(self, index: int) -> int | None:
-        props = self.properties(index)
-        return props["numSms"] if props and props.get("numSms") else None
-
-    def warp_size(self, index: int) -> int:
-        props = self.properties(index)
-        return int(props["warpSize"]) if props and props.get("warpSize") else 32
 
     def all_properties(self) -> list[dict[str, Any]]:
         """``deviceProperties`` for every visible device (empty when CUDA is not initialised)."""

@@ -2,7 +2,7 @@
 
 torch's Kineto owns CUPTI in such a process (it takes it as soon as torch's
 collector is prepared, even for CPU only), so polyprof-cuda never calls
-CUPTI there. It asks torch's collector for ``ProfilerActivity.CUDA``
+CUPTI itself. It asks torch's collector for ``ProfilerActivity.CUDA``
 (``polyprof_torch_collector_activities``) and decodes the CUDA rows of the
 raw result on its own bus task: kernels, copies, fills, GPU annotations,
 runtime and driver calls, synchronization and CUPTI overhead rows, with the

@@ -1,22 +1,21 @@
-"""Which way polyprof-cuda records CUDA in this process, and why: one owner of CUPTI.
+"""How polyprof-cuda records CUDA in this process: through torch's Kineto, or not at all.
 
-* **kineto**: torch is a CUDA build. Its Kineto takes CUPTI as soon as
-  torch's collector is prepared, even for CPU only, so polyprof-cuda never
-  calls CUPTI: it asks torch's collector for ``ProfilerActivity.CUDA`` and
-  decodes the CUDA rows of torch's result (``polyprof_cuda.kineto``).
-* **direct**: torch is absent or a CPU build (its Kineto never touches
-  CUPTI), cupti-python is installed and CUPTI can run: polyprof's own CUPTI
-  tracer (``polyprof_cuda.tracer``).
+CUPTI is process-wide, and a CUDA build of torch hands it to its Kineto as soon as torch's
+collector is prepared, even for CPU only. So polyprof-cuda never calls CUPTI: it asks torch's
+collector for ``ProfilerActivity.CUDA`` and decodes the CUDA rows of its result
+(``polyprof_cuda.kineto``). That needs a CUDA build of torch; with a CPU build, or no torch,
+CUDA is unavailable, as torch.profiler's is on a CPU build. There is no CUPTI tracer of
+polyprof's own: it cannot be made safe with the Python bindings that exist (docs/cuda.md).
 
-Deciding never initialises CUDA in the user's process: torch's build is read
-from its package files (``polyprof.torch_support.installed_build``) when torch is not imported, and
-the direct-mode CUPTI probe runs in a child process (``polyprof_cuda.probe``).
-Whether a device is visible in kineto mode is asked when CUDA is recorded,
-through ``torch.cuda.is_available()``, as torch.profiler asks it.
+Deciding imports neither torch nor libcupti: torch's build is read from its package files
+(``polyprof.torch_support.installed_build``), the CUPTI version from the metadata of the CUPTI
+wheel torch's CUDA wheels pin. Whether a device is visible is asked when CUDA is recorded
+(``polyprof_cuda.kineto.kineto_mode_reason``), as torch.profiler asks it.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import threading
 from collections.abc import Callable
 from typing import Literal
@@ -25,16 +24,14 @@ import attrs
 from polyprof import torch_support
 from polyprof.torch_support import TorchBuild
 
-from polyprof_cuda import probe
-
 KINETO: Literal["kineto"] = "kineto"
-DIRECT: Literal["direct"] = "direct"
+
 
 @attrs.frozen
 class CudaMode:
     """The mode, or None with the reason CUDA cannot be recorded here."""
 
-    kind: Literal["kineto", "direct"] | None
+    kind: Literal["kineto"] | None
     #: For a mode, what ``polyprof plugins`` shows; else why CUDA is unavailable.
     detail: str
 
@@ -44,10 +41,10 @@ _cached: dict[str, CudaMode] = {}
 
 
 def current_mode() -> CudaMode:
-    """The mode of this process (cached: torch's build and the driver do not change mid-run)."""
+    """The mode of this process (cached: torch's build does not change mid-run)."""
     with _lock:
         if "mode" not in _cached:
-            _cached["mode"] = choose_mode(torch_support.installed_build(), probe.unavailable_reason)
+            _cached["mode"] = choose_mode(torch_support.installed_build(), installed_cupti_version)
         return _cached["mode"]
 
 
@@ -56,12 +53,46 @@ def forget_cached_mode() -> None:
         _cached.clear()
 
 
-def choose_mode(torch_build: TorchBuild | None, direct_probe: Callable[[], str | None]) -> CudaMode:
-    """The mode for ``torch_build``; ``direct_probe()`` (None or a reason) is called only when needed."""
-    if torch_build is not None and torch_build.cuda:
-        return CudaMode(KINETO, f"via torch's Kineto (torch {torch_build.version}, CUDA {torch_build.cuda})")
-    reason = direct_probe()
-    if reason is not None:
-        return CudaMode(None, reason)
-    why = "torch is not installed" if torch_build is None else f"torch {torch_build.version} is not a CUDA build"
-    return CudaMode(DIRECT, f"direct CUPTI ({why})")
+def _distribution_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def installed_cupti_version(
+    cuda: str, version_of: Callable[[str], str | None] = _distribution_version
+) -> str | None:
+    """The installed CUPTI wheel's version for torch's CUDA ``cuda`` ("13.0"), without loading libcupti.
+
+    torch's CUDA wheels pin ``nvidia-cuda-cupti`` (cu13) or ``nvidia-cuda-cupti-cu12`` / ``-cu11``.
+    Only a wheel of torch's CUDA major counts; None when there is none (a CUPTI from a CUDA toolkit,
+    conda, or a source build of torch).
+    """
+    major = cuda.split(".", 1)[0]
+    for name in (f"nvidia-cuda-cupti-cu{major}", "nvidia-cuda-cupti"):
+        version = version_of(name)
+        if version and version.split(".", 1)[0] == major:
+            return version
+    return None
+
+
+def choose_mode(torch_build: TorchBuild | None, cupti_version: Callable[[str], str | None]) -> CudaMode:
+    """The mode for ``torch_build``; ``cupti_version(cuda)`` names the CUPTI beside it, if known."""
+    if torch_build is None:
+        return CudaMode(
+            None,
+            "torch is not installed: polyprof-cuda records CUDA only through torch's Kineto; "
+            "install a CUDA build of torch (see docs/cuda.md)",
+        )
+    if not torch_build.cuda:
+        return CudaMode(
+            None,
+            f"torch {torch_build.version} is not a CUDA build: torch's Kineto cannot record CUDA here; "
+            "install a CUDA build of torch (polyprof-cuda records CUDA only through it, see docs/cuda.md)",
+        )
+    cupti = cupti_version(torch_build.cuda)
+    facts = [f"torch {torch_build.version}", f"CUDA {torch_build.cuda}"] + (
+        [f"CUPTI {cupti}"] if cupti else []
+    )
+    return CudaMode(KINETO, f"via torch's Kineto ({', '.join(facts)})")

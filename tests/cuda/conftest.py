@@ -1,16 +1,14 @@
-"""polyprof-cuda tests: every one runs without a GPU or a driver (see cupti_fakes.py)."""
+"""polyprof-cuda tests: every one runs without a GPU (torch's results are stand-ins)."""
 
 from __future__ import annotations
 
 import pytest
-from polyprof_cuda import mode, probe
+from polyprof_cuda import mode
 
 
 @pytest.fixture(autouse=True)
-def _fresh_probe():
-    """Each test sees the real probe answer and mode computed anew (tests may swap facades)."""
-    probe.forget_cached_probe()
+def _fresh_mode():
+    """Each test sees the mode computed anew (tests may fake torch's build)."""
     mode.forget_cached_mode()
     yield
-    probe.forget_cached_probe()
     mode.forget_cached_mode()

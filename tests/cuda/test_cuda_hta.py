@@ -1,97 +1,114 @@
 """Holistic Trace Analysis reads polyprof's CUDA Chrome traces (skipped when HTA is not installed).
 
-The trace comes from CUPTI records (cupti-python record objects shaped like a
-small training step: a host-to-device copy, a memset, GEMM and elementwise
-kernels on two streams, a device-to-host copy) decoded by polyprof-cuda,
-linked to torch-style CPU ops by the core and written by polyprof's
-chrome_trace exporter. HTA's temporal, kernel and idle-time breakdowns must
-find the GPU work in it. These records are synthetic, not captured on a GPU.
+The trace comes from torch's collector result as polyprof-cuda reads it in Kineto mode: a raw
+result of ``_KinetoEvent`` stand-ins (torch 2.15's accessors, test_cuda_kineto_mode.py) for two
+steps of a small training step: a host-to-device copy, a memset, GEMM and elementwise kernels on
+two streams, a device-to-host copy and a stream sync, each launched by a runtime call that torch's
+external correlation links to its op. The CPU decoder (``torch_cpu.decode_result``) and
+polyprof-cuda's (``kineto.decode_cuda_rows``) split it as in a session, and polyprof's
+chrome_trace exporter writes it. HTA's temporal, kernel and idle-time breakdowns must find the GPU
+work in it. These rows are synthetic, not captured on a GPU.
 """
 
 from __future__ import annotations
 
 import warnings
 
-import numpy as np
 import pytest
-from cupti_fakes import RUNTIME_LAUNCH, RUNTIME_MEMCPY_ASYNC, C, api_call, kernel, memcpy, memset
 
 pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis is not installed")
+pytest.importorskip("torch")
 
 from hta.trace_analysis import TraceAnalysis
 from polyprof.activity import ProfilerActivity
 from polyprof.attribution import link_launches
 from polyprof.config import ProfileConfig
-from polyprof.events import EventBatch, EventKind, concat
+from polyprof.events import concat
+from polyprof.plugins import torch_cpu
 from polyprof.plugins.chrome_trace import ChromeTraceExporter
 from polyprof.testing import make_trace
-from polyprof_cuda.cbids import ApiCallFilter
-from polyprof_cuda.cupti_api import CuptiApi
-from polyprof_cuda.decode import RecordDecoder
+from polyprof.torch_result import CollectorResult
+from polyprof_cuda import kineto
+from test_cuda_kineto_mode import OS_TID, PID, KinetoEvent
 
 BASE = 1_700_000_000 * 10**9
 US = 1_000
-TID = 4321
-RUNTIME_MEMSET_ASYNC = int(C.runtime_api_trace_cbid.cudaMemsetAsync_v3020)
+GPU_US = 30  # every device activity below lasts 30 µs
+GAP_US = 20  # between one device activity and the next
 
-#: (op name, op start µs, op end µs, [(api cbid, device record factory, kwargs)]) for two steps.
+#: (op, op start µs, op end µs, runtime call, device row's name, its activity type, stream) per step.
 STEP = [
-    ("aten::copy_", 0, 40, [(RUNTIME_MEMCPY_ASYNC, memcpy, {"bytes": 1 << 20})]),
-    ("aten::zero_", 45, 60, [(RUNTIME_MEMSET_ASYNC, memset, {"bytes": 1 << 16})]),
-    ("aten::mm", 70, 120, [(RUNTIME_LAUNCH, kernel, {"name": "ampere_sgemm_64x64_nn"})]),
-    ("aten::relu", 125, 140, [(RUNTIME_LAUNCH, kernel, {"name": "void at::native::vectorized_elementwise_kernel<4>()"})]),
-    ("aten::add", 145, 160, [(RUNTIME_LAUNCH, kernel, {"name": "void at::native::elementwise_kernel<128, 2>()", "stream_id": 13})]),
-    ("aten::copy_", 165, 200, [(RUNTIME_MEMCPY_ASYNC, memcpy, {"bytes": 1 << 10, "copy_kind": 2, "src_kind": 3, "dst_kind": 2})]),
+    ("aten::copy_", 0, 40, "cudaMemcpyAsync", "Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 7),
+    ("aten::zero_", 45, 60, "cudaMemsetAsync", "Memset (Device)", "gpu_memset", 7),
+    ("aten::mm", 70, 120, "cudaLaunchKernel", "ampere_sgemm_64x64_nn", "kernel", 7),
+    ("aten::relu", 125, 140, "cudaLaunchKernel", "void at::native::vectorized_elementwise_kernel<4>()", "kernel", 7),
+    ("aten::add", 145, 160, "cudaLaunchKernel", "void at::native::elementwise_kernel<128, 2>()", "kernel", 13),
+    ("aten::copy_", 165, 380, "cudaMemcpyAsync", "Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 7),
 ]  # fmt: skip
 
 
-def build_trace():
-    ops, records = [], []
-    corr = 0
+def step_rows() -> list[tuple]:
+    """Two steps' rows, as ``KinetoEvent`` takes them: (name, activity type, on device, start ns,
+    end ns, correlation id, linked op id, stream or OS thread)."""
+    rows: list[tuple] = []
+    op_id, cupti_id = 0, 100
     gpu = BASE + 10 * US
+
+    def op(name: str, kind: str, start_us: int, end_us: int) -> int:
+        nonlocal op_id
+        op_id += 1
+        rows.append((name, kind, 0, BASE + start_us * US, BASE + end_us * US, op_id, 0, OS_TID))
+        return op_id
+
     for step in range(2):
-        offset = step * 400
-        ops.append((f"ProfilerStep#{step}", offset, offset + 380, EventKind.USER_ANNOTATION))
-        for name, s, e, launches in STEP:
-            ops.append((name, offset + s, offset + e, EventKind.CPU_OP))
-            for cbid, factory, extra in launches:
-                corr += 1
-                api_start = BASE + (offset + s + 2) * US
-                records.append(
-                    api_call(
-                        cbid=cbid, start=api_start, end=api_start + 5 * US, thread_id=TID, correlation_id=corr
-                    )
-                )
-                gpu = max(gpu, api_start + 8 * US)
-                dur = 30 * US
-                records.append(factory(start=gpu, end=gpu + dur, correlation_id=corr, **extra))
-                gpu += dur + 20 * US
-    n = len(ops)
-    cpu = EventBatch.build(
-        "torch_cpu",
-        {
-            "kind": np.array([int(k) for *_, k in ops], dtype=np.int8),
-            "name": np.arange(n, dtype=np.int32),
-            "start_ns": np.array([BASE + s * US for _, s, _, _ in ops], dtype=np.int64),
-            "dur_ns": np.array([(e - s) * US for _, s, e, _ in ops], dtype=np.int64),
-            "pid": np.full(n, 99, dtype=np.int64),
-            "tid": np.full(n, TID, dtype=np.int64),
-            "thread": np.ones(n, dtype=np.int64),
-            "correlation_id": np.arange(1, n + 1, dtype=np.int64),
-        },
-        {"name": tuple(name for name, *_ in ops)},
+        at = step * 400
+        op(f"ProfilerStep#{step}", "user_annotation", at, at + 390)
+        for name, start, end, call, device_name, device_kind, stream in STEP:
+            launcher = op(name, "cpu_op", at + start, at + end)
+            cupti_id += 1
+            call_start = BASE + (at + start + 2) * US
+            rows.append(
+                (call, "cuda_runtime", 0, call_start, call_start + 5 * US, cupti_id, launcher, OS_TID)
+            )
+            gpu = max(gpu, call_start + 8 * US)
+            rows.append((device_name, device_kind, 1, gpu, gpu + GPU_US * US, cupti_id, launcher, stream))
+            done = gpu + GPU_US * US
+            gpu = done + GAP_US * US
+        # .item() in the D2H copy's op: the host waits on stream 7 until the copy is done
+        cupti_id += 1
+        sync_start = BASE + (at + 175) * US
+        rows.append(
+            ("cudaStreamSynchronize", "cuda_runtime", 0, sync_start, done + US, cupti_id, launcher, OS_TID)
+        )
+        rows.append(("Stream Sync", "cuda_sync", 1, sync_start + US, done, cupti_id, launcher, 7))
+    return rows
+
+
+class Raw:
+    """A ``_ProfilerResult`` stand-in holding the rows above."""
+
+    def __init__(self) -> None:
+        self._events = [KinetoEvent(row) for row in step_rows()]
+
+    def events(self) -> list[KinetoEvent]:
+        return self._events
+
+    def trace_start_ns(self) -> int:
+        return BASE
+
+
+def build_trace():
+    """The trace a session makes of ``Raw``: both decoders, the core's linking, one trace."""
+    if not torch_cpu.torch_support.installed().has_accessor("activity_type"):
+        pytest.skip("the host/device split by activity type needs torch 2.12+")
+    config = ProfileConfig(
+        activities={ProfilerActivity.CPU, ProfilerActivity.CUDA}, torch_activities={"CUDA"}
     )
-    api = CuptiApi()
-    runtime, driver = api.runtime_cbids(), api.driver_cbids()
-    decoder = RecordDecoder(
-        kinds=api.kind_values(), runtime_names=runtime, driver_names=driver,
-        api_filter=ApiCallFilter.build(runtime, driver, runtime_recorded=True, keep_all=False), pid=99,
-    )  # fmt: skip
-    cuda, stats = decoder.decode(records)
-    assert stats.rows == len(records)
-    events = concat(link_launches([cpu, cuda]))
-    config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.CUDA})
-    return make_trace(events, config=config, pid=99)
+    result = CollectorResult(Raw())
+    cpu, _ = torch_cpu.decode_result(result.raw, config, pid=PID)
+    cuda = kineto.decode_cuda_rows(result, pid=PID)
+    events = concat(link_launches([cpu, cuda]))  # torch linked these rows: the core leaves them
+    return make_trace(events, config=config, start_ns=BASE, pid=PID)
 
 
 @pytest.fixture(scope="module")
@@ -108,9 +125,11 @@ def test_temporal_breakdown_sees_gpu_busy_time(analysis):
     row = df.iloc[0]
     # Per step: 3 kernels (compute) and 3 memcpy/memset (non-compute) of 30 µs each. HTA analyses
     # whole ProfilerStep iterations (it leaves out the last one here), so one or two steps count.
-    steps = row["compute_time(us)"] / 90
+    steps = row["compute_time(us)"] / (3 * GPU_US)
     assert steps in (1, 2)
-    assert row["non_compute_time(us)"] == pytest.approx(90 * steps)
+    # HTA counts the Stream Sync row (cuda_sync) as non-compute GPU time too: here it adds the two
+    # gaps it spans where no other device work runs (the relu kernel's end to the copy's end).
+    assert row["non_compute_time(us)"] == pytest.approx((3 * GPU_US + 2 * GAP_US) * steps)
     assert row["idle_time(us)"] > 0
 
 

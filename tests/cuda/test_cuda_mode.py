@@ -1,13 +1,10 @@
-"""Which way polyprof-cuda records CUDA: torch's Kineto in every CUDA build of torch, else direct CUPTI."""
+"""How polyprof-cuda records CUDA: torch's Kineto in every CUDA build of torch, else not at all."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 from polyprof import torch_support
-from polyprof_cuda import mode, probe
-from polyprof_cuda.cupti_api import CuptiApi
+from polyprof_cuda import mode
 
 CUDA_VERSION_PY = """__version__ = '2.11.0+cu130'
 debug = False
@@ -22,25 +19,68 @@ hip: Optional[str] = None
 """
 
 
-def _never() -> str | None:
-    raise AssertionError("a CUDA build of torch must not be probed for direct CUPTI")
+def _no_cupti_wheel(cuda: str) -> str | None:
+    return None
 
 
-def test_a_cuda_build_of_torch_means_kineto_and_no_cupti_probe() -> None:
+def _never(cuda: str) -> str | None:
+    raise AssertionError("no CUPTI version is looked up without a CUDA build of torch")
+
+
+def test_a_cuda_build_of_torch_means_kineto_with_the_cupti_version_when_known() -> None:
     build = torch_support.parse_version_file(CUDA_VERSION_PY)
     assert build == torch_support.TorchBuild("2.11.0+cu130", cuda="13.0")
-    chosen = mode.choose_mode(build, _never)
-    assert chosen == mode.CudaMode("kineto", "via torch's Kineto (torch 2.11.0+cu130, CUDA 13.0)")
+    assert mode.choose_mode(build, lambda cuda: "13.0.85") == mode.CudaMode(
+        "kineto", "via torch's Kineto (torch 2.11.0+cu130, CUDA 13.0, CUPTI 13.0.85)"
+    )
+    assert mode.choose_mode(build, _no_cupti_wheel) == mode.CudaMode(
+        "kineto", "via torch's Kineto (torch 2.11.0+cu130, CUDA 13.0)"
+    )
 
 
-def test_a_cpu_build_or_no_torch_means_direct_cupti_where_it_can_run() -> None:
+def test_a_cpu_build_of_torch_means_cuda_is_unavailable_and_says_how_to_fix_it() -> None:
     build = torch_support.parse_version_file(CPU_VERSION_PY)
     assert build == torch_support.TorchBuild("2.13.0+cpu")
-    assert mode.choose_mode(build, lambda: None) == mode.CudaMode(
-        "direct", "direct CUPTI (torch 2.13.0+cpu is not a CUDA build)"
+    chosen = mode.choose_mode(build, _never)
+    assert chosen.kind is None
+    assert chosen.detail.startswith(
+        "torch 2.13.0+cpu is not a CUDA build: torch's Kineto cannot record CUDA here"
     )
-    assert mode.choose_mode(None, lambda: None).detail == "direct CUPTI (torch is not installed)"
-    assert mode.choose_mode(build, lambda: "no NVIDIA driver") == mode.CudaMode(None, "no NVIDIA driver")
+    assert "install a CUDA build of torch" in chosen.detail and "docs/cuda.md" in chosen.detail
+
+
+def test_without_torch_cuda_is_unavailable() -> None:
+    chosen = mode.choose_mode(None, _never)
+    assert chosen.kind is None
+    assert chosen.detail.startswith("torch is not installed")
+    assert "install a CUDA build of torch" in chosen.detail
+
+
+@pytest.mark.parametrize(
+    ("cuda", "installed", "expected"),
+    [
+        ("13.0", {"nvidia-cuda-cupti": "13.0.85"}, "13.0.85"),  # torch cu130's pin
+        ("12.8", {"nvidia-cuda-cupti-cu12": "12.8.90"}, "12.8.90"),  # torch cu128's pin
+        ("11.8", {"nvidia-cuda-cupti-cu11": "11.8.87"}, "11.8.87"),
+        # a CUPTI wheel of another CUDA major is not the one torch loads
+        ("12.8", {"nvidia-cuda-cupti": "13.0.85"}, None),
+        ("12.8", {"nvidia-cuda-cupti": "13.0.85", "nvidia-cuda-cupti-cu12": "12.8.90"}, "12.8.90"),
+        ("13.0", {}, None),  # CUPTI from a toolkit or conda: no wheel to read
+    ],
+)
+def test_the_cupti_version_is_read_from_the_wheel_torch_pins(cuda, installed, expected) -> None:
+    assert mode.installed_cupti_version(cuda, installed.get) == expected
+
+
+def test_current_mode_reads_the_installed_build_and_the_cupti_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
+    build = torch_support.TorchBuild("2.11.0+cu130", cuda="13.0")
+    monkeypatch.setattr(torch_support, "installed_build", lambda: build)
+    monkeypatch.setattr(mode, "installed_cupti_version", lambda cuda: "13.0.85" if cuda == "13.0" else None)
+    assert mode.current_mode().detail == "via torch's Kineto (torch 2.11.0+cu130, CUDA 13.0, CUPTI 13.0.85)"
+    monkeypatch.setattr(torch_support, "installed_build", lambda: None)
+    assert mode.current_mode().kind == "kineto"  # cached for the process
+    mode.forget_cached_mode()
+    assert mode.current_mode().kind is None
 
 
 def test_the_installed_torch_is_read_as_torch_reports_itself() -> None:
@@ -49,12 +89,22 @@ def test_the_installed_torch_is_read_as_torch_reports_itself() -> None:
     assert (build.version, build.cuda) == (str(torch.__version__), torch.version.cuda)
 
 
-def test_the_cupti_probe_runs_in_a_child_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What loads libcupti or initialises CUDA never runs in the user's process."""
-    api = CuptiApi()
-    monkeypatch.setattr(api, "binding_installed", lambda: True)
-    monkeypatch.setattr(api, "driver_present", lambda: True)
-    had_cupti = "cupti" in sys.modules
-    reason = probe._probe_here_then_in_child(api)
-    assert isinstance(reason, str) and reason  # no GPU here: the child says why
-    assert ("cupti" in sys.modules) == had_cupti
+def test_deciding_imports_neither_torch_nor_cupti() -> None:
+    """In a fresh interpreter: ``polyprof plugins`` must not pay torch's import to show the mode."""
+    import json
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from polyprof_cuda import plugin\n"
+        "caps = plugin.polyprof_capabilities()\n"
+        "print(json.dumps([caps.mode or caps.unavailable_reason,"
+        " [m for m in ('torch', 'cupti', 'pynvml') if m in sys.modules]]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    detail, imported = json.loads(out.stdout.strip().splitlines()[-1])
+    assert imported == []
+    assert detail == mode.choose_mode(torch_support.installed_build(), mode.installed_cupti_version).detail

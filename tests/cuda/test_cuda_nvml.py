@@ -28,12 +28,11 @@ import polyprof
 from polyprof import ProfilerActivity
 from polyprof.activity import ProfilerActivity as Act
 from polyprof.chrome_reader import read_chrome_trace
-from polyprof.components import Tracer
 from polyprof.config import ProfileConfig
 from polyprof.events import DeviceType, EventKind
 from polyprof.hookspecs import hookimpl
 from polyprof.testing import make_plugin_manager_for_tests
-from polyprof_cuda import nvml, plugin, probe
+from polyprof_cuda import nvml, plugin
 from polyprof_cuda.nvml import INTERVAL_ENV, METRICS, DeviceInUse, NvmlSampler, NvmlUnavailableWarning
 
 NVML_ERROR_UNKNOWN = 999
@@ -385,40 +384,23 @@ def test_sampler_rejects_a_bad_interval(interval):
         NvmlSampler(FakeNvml().module, interval)
 
 
-class StandInCuptiTracer(Tracer):
-    """Takes the CUPTI tracer's place: CUPTI cannot run here."""
-
-    name = "cupti"
-    activities = frozenset({Act.CUDA})
-
-    def __init__(self, config: Any) -> None:
-        super().__init__()
-
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        self.outbox.close()
-
-
 @pytest.fixture
 def cuda_plugin_usable(monkeypatch):
-    """Direct CUPTI mode (a torch without CUDA, CUPTI usable), with a stand-in tracer."""
-    from polyprof_cuda import mode
+    """Kineto mode with a device (a CUDA build of torch, as the plugin sees it)."""
+    from polyprof_cuda import kineto, mode
 
-    monkeypatch.setattr(probe, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(mode, "current_mode", lambda: mode.CudaMode(mode.DIRECT, "direct CUPTI (test)"))
-    monkeypatch.setattr(plugin, "CuptiTracer", StandInCuptiTracer)
+    monkeypatch.setattr(mode, "current_mode", lambda: mode.CudaMode(mode.KINETO, "via torch's Kineto (test)"))
+    monkeypatch.setattr(kineto, "kineto_mode_reason", lambda: None)
 
 
 def test_plugin_adds_the_sampler_only_when_opted_in_and_cuda_is_recorded(cuda_plugin_usable, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml().module)
     cuda = ProfileConfig(activities={Act.CPU, Act.CUDA})
     monkeypatch.delenv(INTERVAL_ENV, raising=False)
-    assert [t.name for t in plugin.polyprof_make_tracers(cuda)] == ["cupti"]
+    assert [t.name for t in plugin.polyprof_make_tracers(cuda)] == ["cuda_kineto"]
     monkeypatch.setenv(INTERVAL_ENV, "50")
     tracers = plugin.polyprof_make_tracers(cuda)
-    assert [t.name for t in tracers] == ["cupti", "nvml"]
+    assert [t.name for t in tracers] == ["cuda_kineto", "nvml"]
     assert tracers[1].interval_s == pytest.approx(0.05) and tracers[1].activities == frozenset()
     assert plugin.polyprof_make_tracers(ProfileConfig(activities={Act.CPU})) == []
     monkeypatch.setenv(INTERVAL_ENV, "fast")
@@ -432,7 +414,7 @@ def test_plugin_warns_when_nvidia_ml_py_is_missing(cuda_plugin_usable, monkeypat
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tracers = plugin.polyprof_make_tracers(ProfileConfig(activities={Act.CPU, Act.CUDA}))
-    assert [t.name for t in tracers] == ["cupti"]
+    assert [t.name for t in tracers] == ["cuda_kineto"]
     (warning,) = [w for w in caught if issubclass(w.category, NvmlUnavailableWarning)]
     assert "nvidia-ml-py is not installed" in str(warning.message) and "polyprof-cuda[nvml]" in str(
         warning.message

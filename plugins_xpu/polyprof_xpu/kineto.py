@@ -5,14 +5,17 @@ registers PTI's callbacks when torch's collector is prepared. So polyprof-xpu
 never calls PTI: it asks torch's collector for ``ProfilerActivity.XPU``
 (``polyprof_torch_collector_activities``) and decodes the XPU rows of torch's
 result (``polyprof.torch_result.decode_device_rows``): kernels, copies, fills,
-and the runtime (SYCL) and driver (Level Zero) calls, with the links torch
-made. Level Zero's tracing layer must be on before the loader starts for PTI
-to see anything: ``polyprof_xpu.env`` arranges that.
+the runtime (SYCL) and driver (Level Zero) calls, synchronization and PTI's
+overhead rows, with the links torch made. The CPU tracer leaves those rows
+out (``claimed_activity_types``; before torch 2.12, ``host_row_kind``).
+Level Zero's tracing layer must be on before the loader starts for PTI to
+see anything: ``polyprof_xpu.env`` arranges that.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from polyprof.activity import ProfilerActivity
@@ -28,7 +31,23 @@ KIND_BY_ACTIVITY_TYPE: dict[str, EventKind] = {
     "gpu_user_annotation": EventKind.GPU_USER_ANNOTATION,
     "xpu_runtime": EventKind.RUNTIME,
     "xpu_driver": EventKind.DRIVER,
+    "xpu_sync": EventKind.SYNC,
+    "overhead": EventKind.OVERHEAD,
 }
+#: Before torch 2.12 (no activity type) the runtime and driver calls are CPU-tagged rows, told
+#: apart only by their API names: Unified Runtime (``urEnqueueKernelLaunch``) or, in older SYCL,
+#: Plugin Interface (``piEnqueueKernelLaunch``) calls, and Level Zero (``zeCommandListAppend...``).
+_RUNTIME_CALL = re.compile(r"(ur|pi)[A-Z]")
+_DRIVER_CALL = re.compile(r"ze[A-Z]")
+
+
+def host_row_kind(name: str) -> EventKind | None:
+    """Before torch 2.12: RUNTIME or DRIVER for a SYCL or Level Zero call's row, else None."""
+    if _DRIVER_CALL.match(name):
+        return EventKind.DRIVER
+    if _RUNTIME_CALL.match(name):
+        return EventKind.RUNTIME
+    return None
 
 
 def device_reason() -> str | None:
@@ -49,6 +68,10 @@ class KinetoXpuTracer(TorchResultTracer):
 
     name = SOURCE
     activities = frozenset({ProfilerActivity.XPU})
+    claimed_activity_types = frozenset(KIND_BY_ACTIVITY_TYPE)
+
+    def host_row_kind(self, name: str) -> EventKind | None:
+        return host_row_kind(name)
 
     def before_collector_stops(self) -> None:
         # torch.profiler synchronizes XPU before stopping its collector, so the last kernels are
@@ -74,4 +97,5 @@ def decode_xpu_rows(result: CollectorResult, *, pid: int) -> EventBatch:
         kind_by_activity_type=KIND_BY_ACTIVITY_TYPE,
         pid=pid,
         also_tagged=frozenset({DeviceType.CUDA}),
+        host_row_kind=host_row_kind,
     )

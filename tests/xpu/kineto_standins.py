@@ -5,7 +5,8 @@
 filled as Kineto's XPU session fills them: an op's SYCL runtime call
 (``xpu_runtime``) and Level Zero driver call (``xpu_driver``) launch device
 work with the same PTI correlation id, and torch's external correlation links
-all of them to the op (``linked_correlation_id``). These rows are synthetic,
+all of them to the op (``linked_correlation_id``); a host wait (``xpu_sync``)
+and a PTI overhead row are there too. These rows are synthetic,
 not captured on an Intel GPU.
 """
 
@@ -27,9 +28,11 @@ ROWS = [
     ("aten::copy_", "cpu_op", None, 60_000, 70_000, 2, 0, OS_TID),
     ("urEnqueueUSMMemcpy", "xpu_runtime", None, 61_000, 62_000, 102, 2, OS_TID),
     ("Memcpy M2D (Host (User Allocated) -> Device)", "gpu_memcpy", 0, 63_000, 65_000, 102, 2, QUEUE),
+    ("zeEventHostSynchronize", "xpu_sync", None, 65_000, 69_000, 104, 2, OS_TID),  # a host wait: no XPU time
     ("aten::fill_", "cpu_op", None, 80_000, 90_000, 3, 0, OS_TID),
     ("urEnqueueUSMFill", "xpu_runtime", None, 81_000, 82_000, 103, 3, OS_TID),
     ("Memset (0 -> Device)", "gpu_memset", 1, 83_000, 83_500, 103, 3, QUEUE),
+    ("Buffer Flush", "overhead", None, 91_000, 92_000, 0, 0, OS_TID),  # PTI's own cost
     # A launch outside every op: nothing to link. Its PTI correlation id (2) is also aten::copy_'s
     # op id, a number from another counter: it must not give that op the kernel.
     ("urEnqueueKernelLaunch", "xpu_runtime", None, 95_000, 96_000, 2, 0, OS_TID),

@@ -125,6 +125,8 @@ def test_the_xpu_rows_of_a_result_with_torchs_links() -> None:
     assert kinds["gemm_kernel"] == EventKind.KERNEL
     assert kinds["Memcpy M2D (Host (User Allocated) -> Device)"] == EventKind.GPU_MEMCPY
     assert kinds["Memset (0 -> Device)"] == EventKind.GPU_MEMSET
+    assert kinds["zeEventHostSynchronize"] == EventKind.SYNC
+    assert kinds["Buffer Flush"] == EventKind.OVERHEAD
     kernel = names.index("gemm_kernel")  # on (device, queue)
     assert (batch["pid"][kernel], batch["tid"][kernel], batch["stream"][kernel]) == (0, QUEUE, QUEUE)
     assert batch["device_type"][kernel] == DeviceType.XPU
@@ -137,17 +139,57 @@ def test_the_xpu_rows_of_a_result_with_torchs_links() -> None:
     assert batch.values("activity_type") == [r[1] for r in ROWS if r[1] != "cpu_op"]
 
 
-def test_before_2_12_the_device_rows_by_device_type() -> None:
-    """No activity type there: SYCL and Level Zero calls are CPU-side rows the CPU tracer keeps."""
+def test_before_2_12_the_device_rows_by_device_type_and_the_calls_by_name() -> None:
+    """No activity type there: SYCL and Level Zero calls are CPU-tagged rows, told by their names."""
     batch = kineto.decode_xpu_rows(CollectorResult(Raw(event_type=KinetoEvent211)), pid=PID)
-    got = dict(zip(batch.values("name"), batch["kind"].tolist(), strict=True))
+    got = dict(zip(batch.values("name"), batch.values("activity_type"), strict=True))
     assert got == {
-        "gemm_kernel": EventKind.KERNEL,
-        "Memcpy M2D (Host (User Allocated) -> Device)": EventKind.GPU_MEMCPY,
-        "Memset (0 -> Device)": EventKind.GPU_MEMSET,
-        "relu_kernel": EventKind.KERNEL,
+        "urEnqueueKernelLaunch": "xpu_runtime",
+        "zeCommandListAppendLaunchKernel": "xpu_driver",
+        "gemm_kernel": "kernel",
+        "urEnqueueUSMMemcpy": "xpu_runtime",
+        "Memcpy M2D (Host (User Allocated) -> Device)": "gpu_memcpy",
+        "zeEventHostSynchronize": "xpu_driver",  # a Level Zero call by its name
+        "urEnqueueUSMFill": "xpu_runtime",
+        "Memset (0 -> Device)": "gpu_memset",
+        "relu_kernel": "kernel",
     }
     assert (batch["external_id"] == batch["linked_correlation_id"]).all()
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("urEnqueueKernelLaunch", EventKind.RUNTIME),
+        ("piEnqueueKernelLaunch", EventKind.RUNTIME),
+        ("zeCommandListAppendLaunchKernel", EventKind.DRIVER),
+        ("aten::zeros", None),
+        ("zeros", None),
+        ("urllib.py(3): open", None),
+        ("Buffer Flush", None),  # overhead has no API name: it stays a CPU row before 2.12
+    ],
+)
+def test_before_2_12_only_api_names_are_claimed(name: str, kind: EventKind | None) -> None:
+    assert kineto.host_row_kind(name) == kind
+
+
+def test_the_cpu_tracer_leaves_the_xpu_rows_to_the_xpu_tracer() -> None:
+    """Each row of one result is decoded exactly once, by the CPU or the XPU tracer."""
+    from polyprof.plugins import torch_cpu
+    from polyprof.torch_result import DeviceRowClaims
+
+    claims = DeviceRowClaims.of([kineto.KinetoXpuTracer()])
+    ops = [r[0] for r in ROWS if r[1] == "cpu_op"]
+    config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.XPU}, torch_activities={"XPU"})
+    if torch_support.installed().has_accessor("activity_type"):
+        cpu_batch, _ = torch_cpu.decode_result(Raw(), config, pid=PID, claims=claims)
+        assert cpu_batch.values("name") == ops
+    # before 2.12 (by names): PTI's overhead row has none the XPU tracer claims; torch lists it as a CPU row
+    events = Raw(event_type=KinetoEvent211).events()
+    kept = [ev.name() for ev in claims.host_rows(events, None)]
+    assert kept == [*ops, "Buffer Flush"]
+    taken = kineto.decode_xpu_rows(CollectorResult(Raw(event_type=KinetoEvent211)), pid=PID).values("name")
+    assert sorted(kept + taken) == sorted(r[0] for r in ROWS)
 
 
 def test_xpu_rows_torch_tags_cuda_are_still_xpu_rows() -> None:
@@ -207,7 +249,8 @@ def test_each_op_gets_the_xpu_time_of_the_work_it_launched_only() -> None:
     averages = ProfileResults(traces=(_trace(),), use_device="xpu").key_averages()
     self_xpu = {row.key: row.self_device_time_total for row in averages}
     assert self_xpu["aten::mm"] == pytest.approx(50.0)  # its kernel
-    assert self_xpu["aten::copy_"] == pytest.approx(2.0)  # its copy, not the unlinked kernel of id 2
+    # its copy: not the host wait, nor the unlinked kernel whose PTI id is the op's id (2)
+    assert self_xpu["aten::copy_"] == pytest.approx(2.0)
     assert self_xpu["aten::fill_"] == pytest.approx(0.5)  # its fill, on the other device
     assert {row.key: row.device_time_total for row in averages}["relu_kernel"] == pytest.approx(2.0)
     table = averages.table(sort_by="self_xpu_time_total", row_limit=20)

@@ -715,6 +715,10 @@ def _decode_now(
         for field, accessor, dtype in ATTRIBUTION_KEYS:
             columns[field] = _column(events, accessor, dtype)
         deferred_scalars = tuple(spec for spec in deferred_scalars if spec not in ATTRIBUTION_KEYS)
+        if torch_support.installed().has_accessor("external_id"):
+            # The device rows carry torch's external id (2.12+), and 2.15 lets only rows with one
+            # launch: the ops need theirs in the same column, or concat fills them with 0.
+            columns["external_id"] = _column(events, "external_id", "int64")
     if config.with_flops:
         columns["flops"] = _column(events, "flops", "int64")
     if config.record_shapes or config.with_flops:

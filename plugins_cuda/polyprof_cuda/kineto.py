@@ -11,15 +11,17 @@ and counts, stream lanes and flows then agree with torch.profiler by
 construction.
 
 Which rows are CUDA's: by Kineto's activity type where torch has the
-accessor (2.12+). Before 2.12, by device type: device rows are kernels,
-copies (``Memcpy ...``), fills (``Memset ...``) or GPU annotations; the
-runtime and driver calls are CPU-side there and the CPU tracer keeps them
-(docs/cuda.md).
+accessor (2.12+; ``claimed_activity_types``). Before 2.12, by device type:
+device rows are kernels, copies (``Memcpy ...``), fills (``Memset ...``) or
+GPU annotations; the runtime and driver calls and CUPTI's overhead are
+CPU-tagged there, told by Kineto's names for them (``host_row_kind``). The
+CPU tracer keeps every other row.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from polyprof.activity import ProfilerActivity
@@ -40,6 +42,38 @@ KIND_BY_ACTIVITY_TYPE: dict[str, EventKind] = {
     "cuda_sync": EventKind.SYNC,
     "overhead": EventKind.OVERHEAD,
 }
+#: CUPTI's overhead records as Kineto names them (``overheadKindString``); "Unknown" is left to
+#: the CPU tracer, as an op could be named so.
+OVERHEAD_NAMES = frozenset(
+    {
+        "Driver Compiler",
+        "Buffer Flush",
+        "Instrumentation",
+        "Resource",
+        "Runtime Triggered Module Loading",
+        "Lazy Function Loading",
+        "Command Buffer Full",
+        "Activity Buffer Request",
+        "UVM Activity Init",
+    }
+)
+_RUNTIME_CALL = re.compile(r"cuda[A-Z]")
+_DRIVER_CALL = re.compile(r"cu[A-Z]")
+
+
+def host_row_kind(name: str) -> EventKind | None:
+    """Before torch 2.12: a CPU-tagged row of torch's result that is CUDA's, by Kineto's name for it.
+
+    Runtime calls are ``cuda<Name>`` (``cudaLaunchKernel``), driver calls ``cu<Name>``
+    (``cuLaunchKernel``): names no aten op or autograd node has.
+    """
+    if _RUNTIME_CALL.match(name):
+        return EventKind.RUNTIME
+    if _DRIVER_CALL.match(name):
+        return EventKind.DRIVER
+    return EventKind.OVERHEAD if name in OVERHEAD_NAMES else None
+
+
 def kineto_mode_reason() -> str | None:
     """None when torch's Kineto can record CUDA in this process, else why not.
 
@@ -48,7 +82,9 @@ def kineto_mode_reason() -> str | None:
     torch.profiler asks it; it never initialises a CUDA context.
     """
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return kineto_device_reason("cuda", hint=f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else "")
+    return kineto_device_reason(
+        "cuda", hint=f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+    )
 
 
 class KinetoCudaTracer(TorchResultTracer):
@@ -56,6 +92,10 @@ class KinetoCudaTracer(TorchResultTracer):
 
     name = SOURCE
     activities = frozenset({ProfilerActivity.CUDA})
+    claimed_activity_types = frozenset(KIND_BY_ACTIVITY_TYPE)
+
+    def host_row_kind(self, name: str) -> EventKind | None:
+        return host_row_kind(name)
 
     def __init__(self, device_info: DeviceInfo | None = None) -> None:
         super().__init__()
@@ -86,5 +126,10 @@ class KinetoCudaTracer(TorchResultTracer):
 def decode_cuda_rows(result: CollectorResult, *, pid: int) -> EventBatch:
     """The CUDA rows of ``result`` as one batch (``polyprof.torch_result.decode_device_rows``)."""
     return decode_device_rows(
-        result, source=SOURCE, device_type=DeviceType.CUDA, kind_by_activity_type=KIND_BY_ACTIVITY_TYPE, pid=pid
+        result,
+        source=SOURCE,
+        device_type=DeviceType.CUDA,
+        kind_by_activity_type=KIND_BY_ACTIVITY_TYPE,
+        pid=pid,
+        host_row_kind=host_row_kind,
     )

@@ -17,7 +17,7 @@ from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
 from polyprof.events import DeviceType, EventKind, concat
 from polyprof.testing import make_trace
-from polyprof.torch_result import CollectorResult
+from polyprof.torch_result import CollectorResult, DeviceRowClaims
 from polyprof.tree import EventTree
 
 pytest.importorskip("torch")
@@ -219,16 +219,41 @@ def test_the_cuda_rows_of_a_result_with_torchs_links() -> None:
 def test_before_2_12_the_device_rows_by_device_type() -> None:
     batch = kineto.decode_cuda_rows(CollectorResult(Raw(KinetoEvent211)), pid=PID)
     got = dict(zip(batch.values("name"), batch["kind"].tolist(), strict=True))
-    # Runtime calls and the overhead row are CPU-side there: the CPU tracer keeps them. A device
+    # Runtime calls and the overhead row are CPU-tagged there, told by Kineto's names. A device
     # row has no other type to tell by: a sync row (only with enable_cuda_sync_events) counts as
     # device time there, as torch < 2.12 counts it.
     assert got == {
+        "cudaLaunchKernel": EventKind.RUNTIME,
         "ampere_sgemm_64x64": EventKind.KERNEL,
+        "cudaMemcpyAsync": EventKind.RUNTIME,
         "Memcpy DtoH (Device -> Pageable)": EventKind.GPU_MEMCPY,
+        "cudaStreamSynchronize": EventKind.RUNTIME,
         "Stream Sync": EventKind.KERNEL,
+        "Activity Buffer Request": EventKind.OVERHEAD,
     }
     assert (batch["external_id"] == batch["linked_correlation_id"]).all()
-    assert batch.values("activity_type") == ["kernel", "gpu_memcpy", "kernel"]
+    assert batch.values("activity_type") == [
+        "cuda_runtime",
+        "kernel",
+        "cuda_runtime",
+        "gpu_memcpy",
+        "cuda_runtime",
+        "kernel",
+        "overhead",
+    ]
+    launch = batch.values("name").index("cudaLaunchKernel")  # on its OS thread, in the trace as cuda_runtime
+    assert (batch["pid"][launch], batch["tid"][launch], batch["device_type"][launch]) == (PID, OS_TID, 0)
+
+
+@pytest.mark.parametrize("event_type", [KinetoEvent, KinetoEvent211], ids=["2.15", "2.11"])
+def test_the_cpu_and_cuda_tracers_take_each_row_of_a_result_once(event_type: type) -> None:
+    events = Raw(event_type).events()
+    types = [ev.activity_type() for ev in events] if event_type is KinetoEvent else None
+    claims = DeviceRowClaims.of([kineto.KinetoCudaTracer()])
+    host = [ev.name() for ev in claims.host_rows(events, types)]
+    device = kineto.decode_cuda_rows(CollectorResult(Raw(event_type)), pid=PID).values("name")
+    assert host == ["aten::mm", "aten::_local_scalar_dense"]
+    assert sorted(host + device) == sorted(r[0] for r in ROWS)
 
 
 def test_cpu_and_cuda_decoders_split_one_result_and_the_op_gets_its_kernel_time_only() -> None:

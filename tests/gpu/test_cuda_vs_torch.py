@@ -1,157 +1,212 @@
 """polyprof-cuda against torch.profiler on a real NVIDIA GPU (skipped without one).
 
-Each profiler runs in its own subprocess: torch.profiler with CUDA keeps the
-CUPTI subscriber for the rest of its process (Kineto), so the two cannot
-take turns in one process before CUDA 13.3 with an r610+ driver. Compared:
-kernel names and counts, and per-op self CUDA totals within 10%; measured:
-wall time of the profiled loop against the same loop unprofiled.
+polyprof-cuda records CUDA through torch's own collector (Kineto mode,
+docs/cuda.md), so on the same workload the two must agree. For each
+workload (gpu_child.py: eager forward and backward with an optimizer step;
+``.item()`` syncs with host-to-device copies; a CUDA graph replay; a
+torch.compile'd function with Triton kernels; two streams) one child process
+runs torch.profiler and another polyprof, each with
+``activities=[CPU, CUDA]``, and the tests check:
 
-Set POLYPROF_GPU_RESULTS=<file> to append the measurements as JSON lines
-(for docs/performance.md). This file has not yet run on GPU hardware.
+* the device rows (kernels, copies, fills: ``events()`` and ``key_averages()``
+  rows with device type CUDA) have the same names and counts, in every
+  recording, and the Chrome traces the same rows per stream;
+* per-op Self CUDA (``self_device_time_total`` per key, the median of 3
+  recordings) within 2% of torch's, for every key above 0.5% of the device
+  time (smaller keys: 10%, since sub-microsecond jitter is several percent of
+  a microsecond kernel; both maxima are recorded, with torch's own spread;
+  the GPU-side mirrors of ``record_function`` ranges are spans, not work, and
+  are left out, as torch leaves them out of its totals);
+* the aten ops' counts match (the CPU side of the same collector);
+* Holistic Trace Analysis loads polyprof's trace, and its kernel, temporal
+  and idle-time breakdowns see the GPU work (skipped without ``hta``);
+* overhead: median profiled loop over median unprofiled loop, measured in
+  the same child; polyprof's at most 1.25 x torch's + 0.05;
+* torch.profiler and polyprof one after the other in one process record the
+  same rows (they no longer compete for CUPTI).
+
+The numbers go to the results file as JSON lines (conftest.py). Run it on a
+GPU machine with scripts/gpu_check.sh. Not yet run on GPU hardware: only its
+plumbing has run, on the CPU (test_gpu_helpers.py).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
+import shutil
 import sys
-import textwrap
-from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU with CUDA"),
-]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SCRIPT = textwrap.dedent(
-    """
-    import json, sys, time, warnings
-    import torch
-
-    mode = sys.argv[1]
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512), torch.nn.LayerNorm(512)
-    ).cuda()
-    x = torch.randn(64, 512, device="cuda")
-
-    def step():
-        y = model(x)
-        y.sum().backward()
-
-    for _ in range(5):  # warm-up: cuBLAS handles, caching allocator, lazy module loading
-        step()
-    torch.cuda.synchronize()
-    steps = 20
-
-    def timed(body):
-        start = time.perf_counter()
-        body()
-        torch.cuda.synchronize()
-        return time.perf_counter() - start
-
-    def loop():
-        for _ in range(steps):
-            step()
-
-    if mode == "baseline":
-        print(json.dumps({"seconds": timed(loop)}))
-        sys.exit(0)
-    if mode == "torch":
-        from torch.profiler import ProfilerActivity, profile
-    else:
-        from polyprof import ProfilerActivity, profile
-    caught = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-        prof.__enter__()
-        seconds = timed(loop)
-        prof.__exit__(None, None, None)
-    kernels = {}
-    for e in prof.events():
-        if e.device_type.name == "CUDA" and e.device_time_total > 0 and not e.cpu_children and e.name:
-            kernels[e.name] = kernels.get(e.name, 0) + 1
-    self_cuda = {a.key: a.self_device_time_total for a in prof.key_averages() if a.self_device_time_total > 0}
-    print(json.dumps({
-        "seconds": seconds,
-        "kernels": kernels,
-        "self_cuda": self_cuda,
-        "warnings": [str(w.message) for w in caught],
-        "device": torch.cuda.get_device_name(0),
-    }))
-    """
+from gpu_child import WORKLOADS
+from gpu_compare import (
+    OVERHEAD_EPSILON,
+    OVERHEAD_FACTOR,
+    PROFILERS,
+    child_size_args,
+    counter_mismatches,
+    env_float,
+    profiler_warnings,
+    stream_signature,
+    summarize_comparison,
 )
 
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU that torch can use (CUDA)"),
+]
 
-def run(mode: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, timeout=600, check=False
+
+def child_timeout() -> float:
+    return env_float("POLYPROF_GPU_CHILD_TIMEOUT_S", 600.0)
+
+
+@pytest.fixture(scope="module", params=WORKLOADS)
+def compared(request: pytest.FixtureRequest, child, trace_root, record_result) -> dict[str, Any]:
+    """Both profilers on one workload, each in its own child (the first alternates by workload)."""
+    workload = request.param
+    out = trace_root / workload
+    order = PROFILERS if WORKLOADS.index(workload) % 2 == 0 else PROFILERS[::-1]
+    runs: dict[str, dict[str, Any]] = {}
+    for which in order:
+        args = ["run", "--profiler", which, "--workload", workload, "--out", str(out), *child_size_args()]
+        result = child(args, timeout=child_timeout())
+        if "skip" in result:
+            record_result({"record": "workload", "workload": workload, "skipped": result["skip"]})
+            pytest.skip(f"{workload}: {result['skip']}")
+        runs[which] = result
+    summary = summarize_comparison(workload, runs)
+    record_result(summary)
+    return {"workload": workload, "runs": runs, "summary": summary, "out": out}
+
+
+def test_the_workload_does_what_it_should_under_torch(compared):
+    """The workload exercises what it is there for (checked on torch.profiler's side)."""
+    runs, workload = compared["runs"], compared["workload"]
+    rows = runs["torch"]["summaries"][-1]["device_rows"]
+    assert rows, f"torch.profiler recorded no CUDA rows for {workload}"
+    names = list(rows)
+    if workload == "compiled" and not any("triton" in n for n in names):
+        pytest.skip(f"Inductor emitted no Triton kernel here (torch's CUDA rows: {names[:10]})")
+    if workload == "item_sync":
+        assert any(n.startswith("Memcpy DtoH") for n in names), names
+        assert any(n.startswith("Memcpy HtoD") for n in names), names
+    if workload == "two_streams":
+        assert len(runs["torch"]["trace_rows"]["by_stream"]) >= 2, runs["torch"]["trace_rows"]
+    if workload == "cuda_graph" and sum(rows.values()) < 3 * runs["torch"]["steps"]:
+        # per step: the eager copy_ and add_, and the replayed graph's kernels (the MLP's forward)
+        pytest.skip(
+            "torch.profiler itself recorded no kernels of the replayed CUDA graph here (graph_preinit="
+            f"{runs['torch'].get('graph_preinit')}; CUPTI and graphs, pytorch/kineto#1165): {rows}"
+        )
+
+
+def test_polyprof_records_cuda_without_warnings(compared):
+    ours = compared["runs"]["polyprof"]
+    assert sum(ours["summaries"][-1]["device_rows"].values()) > 0, "polyprof recorded no CUDA rows"
+    assert profiler_warnings(ours["warnings"]) == [], ours["warnings"]
+
+
+def test_device_row_names_and_counts_match_torch(compared):
+    ours, theirs = compared["runs"]["polyprof"], compared["runs"]["torch"]
+    for rep, (o, t) in enumerate(zip(ours["summaries"], theirs["summaries"])):
+        assert counter_mismatches(o["device_rows"], t["device_rows"]) == {}, f"events(), recording {rep}"
+        assert counter_mismatches(o["device_averages"], t["device_averages"]) == {}, (
+            f"key_averages(), rec. {rep}"
+        )
+
+
+def test_trace_device_rows_per_stream_match_torch(compared):
+    ours, theirs = compared["runs"]["polyprof"]["trace_rows"], compared["runs"]["torch"]["trace_rows"]
+    assert ours["kernels"] > 0, "polyprof's Chrome trace has no kernel, memcpy or memset rows"
+    assert stream_signature(ours["by_stream"]) == stream_signature(theirs["by_stream"])
+    assert ours["profiler_steps"] == theirs["profiler_steps"], "ProfilerStep# ranges in the traces"
+
+
+def test_self_cuda_per_op_within_2_percent_of_torch(compared):
+    report = compared["summary"]["self_cuda_report"]
+    assert not report["missing"], (
+        f"keys with Self CUDA under torch.profiler, none under polyprof: {report['missing']}"
     )
-    assert out.returncode == 0, out.stderr[-4000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture(scope="module")
-def results() -> dict:
-    found = {mode: run(mode) for mode in ("baseline", "torch", "polyprof")}
-    sink = os.environ.get("POLYPROF_GPU_RESULTS")
-    if sink:
-        with open(sink, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({m: {k: v for k, v in r.items() if k != "kernels"} for m, r in found.items()}) + "\n")
-    return found
-
-
-def test_polyprof_recorded_cuda_without_warnings(results):
-    assert not [w for w in results["polyprof"]["warnings"] if "CUDA" in w]
-
-
-def test_kernel_names_and_counts_match_torch(results):
-    assert Counter(results["polyprof"]["kernels"]) == Counter(results["torch"]["kernels"])
-
-
-def test_per_op_self_cuda_totals_within_ten_percent(results):
-    ours, theirs = results["polyprof"]["self_cuda"], results["torch"]["self_cuda"]
-    ops = [k for k in theirs if k.startswith("aten::")]
-    assert ops, "torch.profiler attributed no CUDA time to aten ops"
-    for op in ops:
-        assert op in ours, f"{op} has self CUDA time under torch.profiler but none under polyprof"
-        assert ours[op] == pytest.approx(theirs[op], rel=0.10), op
-
-
-def test_overhead_is_measured(results):
-    base = results["baseline"]["seconds"]
-    overhead = {m: results[m]["seconds"] / base for m in ("torch", "polyprof")}
-    print(f"profiled/unprofiled wall time on {results['polyprof']['device']}: {overhead}")
-    assert all(v > 0 for v in overhead.values())
-
-
-def test_torch_profiler_first_makes_polyprof_warn_and_go_cpu_only():
-    script = textwrap.dedent(
-        """
-        import warnings, torch, polyprof
-        from torch.profiler import profile, ProfilerActivity
-        x = torch.ones(8, device="cuda")
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-            (x * 2).sum()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            with polyprof.profile(activities=[polyprof.ProfilerActivity.CPU, polyprof.ProfilerActivity.CUDA]) as p:
-                (x * 2).sum()
-        print("WARN:" + " | ".join(str(w.message) for w in caught))
-        print("OPS:" + ",".join(sorted({e.key for e in p.key_averages()})))
-        """
+    assert not report["extra"], (
+        f"keys with Self CUDA under polyprof, none under torch.profiler: {report['extra']}"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
-    assert out.returncode == 0, out.stderr[-4000:]
-    lines = dict(line.split(":", 1) for line in out.stdout.splitlines() if line[:4] in ("WARN", "OPS:"))
-    ops = lines["OPS"].split(",")
-    assert "aten::mul" in ops
-    # Either CUPTI allows several subscribers here (CUDA >= 13.3, r610+ driver) or polyprof says who holds it.
-    if lines["WARN"]:
-        assert "CUPTI" in lines["WARN"] and "CPU-only" in lines["WARN"]
+    assert not report["failures"], (
+        "per-op Self CUDA off torch's (key, polyprof µs, torch µs, deviation %): "
+        f"{report['failures']}; torch's own spread over its recordings: {report['noise_pct']:.2f}%"
+    )
+
+
+def test_aten_op_counts_match_torch(compared):
+    ours, theirs = compared["runs"]["polyprof"], compared["runs"]["torch"]
+    assert counter_mismatches(ours["summaries"][-1]["op_counts"], theirs["summaries"][-1]["op_counts"]) == {}
+
+
+def test_overhead_no_worse_than_torch(compared):
+    summary = compared["summary"]
+    ratio, limit = summary["overhead_ratio"], summary["overhead_limit"]
+    assert ratio["polyprof"] <= limit, (
+        f"profiled/unprofiled loop time: polyprof {ratio['polyprof']:.3f}, torch.profiler {ratio['torch']:.3f} "
+        f"(limit {OVERHEAD_FACTOR} x torch + {OVERHEAD_EPSILON} = {limit:.3f}); loop medians in ms: "
+        f"{summary['loop_ms_median']}"
+    )
+
+
+def test_hta_reads_polyprof_trace(compared, record_result):
+    pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis (hta) is not importable here")
+    from gpu_compare import hta_summary
+
+    found: dict[str, Any] = {}
+    for which in PROFILERS:
+        trace = Path(compared["runs"][which]["trace"])
+        alone = trace.parent / "hta"  # HTA reads every trace file of a folder
+        alone.mkdir(exist_ok=True)
+        shutil.copy(trace, alone / "rank0.json")
+        try:
+            found[which] = hta_summary(alone)
+        except Exception as exc:  # noqa: BLE001 - torch's trace failing too says HTA is the problem
+            found[which] = {"error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            shutil.rmtree(alone, ignore_errors=True)
+    record_result({"record": "hta", "workload": compared["workload"], **found})
+    ours, theirs = found["polyprof"], found["torch"]
+    if "error" in ours and "error" in theirs:
+        pytest.skip(
+            f"HTA fails on torch.profiler's own trace too: {theirs['error']} (on polyprof's: {ours['error']})"
+        )
+    assert "error" not in ours, f"HTA on polyprof's trace: {ours['error']} (on torch's it ran: {theirs})"
+    assert (
+        ours["kernel_types_us"].get("COMPUTATION", 0) > 0 or ours["kernel_types_us"].get("MEMORY", 0) > 0
+    ), ours
+    trace_names = {
+        n for rows in compared["runs"]["polyprof"]["trace_rows"]["by_stream"].values() for n in rows
+    }
+    assert set(ours["kernel_names"]) & trace_names, (ours["kernel_names"], sorted(trace_names)[:10])
+    assert ours["compute_time_us"] + ours["non_compute_time_us"] > 0, ours
+    streams = {int(s) for s in compared["runs"]["polyprof"]["trace_rows"]["by_stream"]}
+    assert set(ours["idle_streams"]) >= streams, (ours["idle_streams"], streams)
+
+
+def test_torch_profiler_and_polyprof_take_turns_in_one_process(child, trace_root, record_result):
+    args = ["coexist", "--out", str(trace_root / "coexist"), "--steps", "10"]
+    result = child(args, timeout=child_timeout())
+    runs = result["runs"]
+    record_result(
+        {
+            "record": "coexist",
+            "order": [r["profiler"] for r in runs],
+            "device_rows": [sum(r["device_rows"].values()) for r in runs],
+            "warnings": result["warnings"],
+        }
+    )
+    first = runs[0]
+    assert sum(first["device_rows"].values()) > 0, "torch.profiler recorded no CUDA rows"
+    for run in runs[1:]:
+        assert counter_mismatches(run["device_rows"], first["device_rows"]) == {}, run["profiler"]
+        assert counter_mismatches(run["op_counts"], first["op_counts"]) == {}, run["profiler"]
+    assert profiler_warnings(result["warnings"]) == [], result["warnings"]

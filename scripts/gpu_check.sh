@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# The GPU check: polyprof-cuda against torch.profiler on this machine's NVIDIA GPU (tests/gpu).
+#
+#   scripts/gpu_check.sh [pytest args...]      from the repo root, on the GPU machine
+#   scripts/gpu_check.sh --download-wheels     on a machine with network: fill shared/wheels
+#
+# What it does, offline:
+#   1. prints the machine's facts (nvidia-smi, Python, torch and its CUDA, Triton, a C compiler);
+#   2. installs every wheel in shared/wheels (or $POLYPROF_GPU_WHEELS) with --no-deps into
+#      /tmp/polyprof-gpu-site and puts that first on PYTHONPATH: polyprof's needs that the
+#      machine lacks (the nvidia-h200 image has pluggy, anyio, attrs, numpy, pytest but, as
+#      listed in the device notes, neither structlog nor orjson), and for the HTA checks
+#      HolisticTraceAnalysis, plotly and pydot (and pandas<3: HTA 0.5 fails with pandas 3);
+#   3. installs polyprof and polyprof-cuda from this checkout without network
+#      (pip install --no-deps --no-build-isolation -e . -e plugins_cuda; where the machine's
+#      setuptools cannot build them, setuptools < 77, the checkout goes on PYTHONPATH with
+#      generated .dist-info entry points instead) and prints `polyprof plugins`;
+#   4. runs `python -m pytest -q tests/gpu` (extra arguments are passed on), with
+#        POLYPROF_GPU_RESULTS  (default $OUT/gpu_results.jsonl): the measurements, JSON lines;
+#        $OUT/gpu_junit.xml, $OUT/gpu_check.log, $OUT/gpu_traces.tar.gz (the Chrome traces,
+#        when they fit in 15 MiB; else polyprof's and torch's of the eager workload only).
+#      OUT defaults to /tmp/polyprof-gpu-check where it is unset. Exit status: pytest's, or 2
+#      when something polyprof needs is missing.
+#
+# Time: the comparisons take about 3-5 minutes (5 workloads x 2 children, plus HTA), the soak
+# POLYPROF_GPU_SOAK_S (300 s by default). Where one command may run 10 minutes at most, run it
+# twice:   scripts/gpu_check.sh -k "not soak"    then    scripts/gpu_check.sh -k soak
+# Other knobs (tests/gpu/conftest.py): POLYPROF_GPU_STEPS, POLYPROF_GPU_REPS,
+# POLYPROF_GPU_OVERHEAD_REPS, POLYPROF_GPU_OVERHEAD_STEPS, POLYPROF_GPU_CHILD_TIMEOUT_S (300 here),
+# POLYPROF_GPU_GRAPH_PREINIT=0 (capture the CUDA graph before any profiler ran).
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-python3}"
+WHEELS="${POLYPROF_GPU_WHEELS:-$ROOT/shared/wheels}"
+SITE="${POLYPROF_GPU_SITE:-/tmp/polyprof-gpu-site}"
+#: polyprof's own dependencies (pyproject.toml), as import names
+REQUIRED_MODULES="pluggy anyio attrs structlog numpy orjson"
+#: what --download-wheels fetches (cp312 manylinux, no dependencies: the machine has the rest)
+DOWNLOAD_SPECS=("structlog>=23.1" "orjson>=3.9" "HolisticTraceAnalysis==0.5.0" "plotly>=5.11" "pydot>=1.3" "pandas>=2,<3")
+
+download_wheels() {
+    mkdir -p "$WHEELS"
+    echo "downloading into $WHEELS (Python 3.12, x86-64 manylinux; no dependencies)"
+    "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$WHEELS" "${DOWNLOAD_SPECS[@]}" 2>&1 \
+        | { grep -v "^WARNING: Location 'file://.*' is ignored" || true; }
+    [ "${PIPESTATUS[0]}" -eq 0 ] || return 1
+    ls -l "$WHEELS"
+    du -sh "$WHEELS"
+}
+
+section() { printf '\n=== %s ===\n' "$*"; }
+
+facts() {
+    section "machine"
+    date -u +"%Y-%m-%dT%H:%M:%SZ"
+    uname -srm
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi || true
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,persistence_mode --format=csv || true
+    else
+        echo "nvidia-smi: not found"
+    fi
+    echo "python: $(command -v "$PY") ($("$PY" -c 'import sys; print(sys.version.split()[0])'))"
+    "$PY" - <<'EOF'
+import importlib
+try:
+    import torch
+    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}, "
+          f"cuda available: {torch.cuda.is_available()}")
+    if torch.cuda.is_available():
+        print(f"device 0: {torch.cuda.get_device_name(0)}, capability {torch.cuda.get_device_capability(0)}, "
+              f"{torch.cuda.device_count()} device(s)")
+except Exception as exc:
+    print(f"torch: not usable: {exc!r}")
+for name in ("triton", "pandas", "pytest", "setuptools"):
+    try:
+        print(f"{name} {importlib.import_module(name).__version__}")
+    except Exception as exc:
+        print(f"{name}: not importable ({type(exc).__name__})")
+EOF
+    for cc in "${CC:-}" cc gcc; do
+        if [ -n "$cc" ] && command -v "$cc" >/dev/null; then
+            echo "C compiler: $cc: $("$cc" --version 2>/dev/null | head -1)"
+            break
+        fi
+    done
+}
+
+install_wheels() {
+    section "wheels"
+    if compgen -G "$WHEELS/*.whl" >/dev/null; then
+        rm -rf "$SITE"
+        if "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
+            --target "$SITE" "$WHEELS"/*.whl; then
+            export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+            echo "installed into $SITE (first on PYTHONPATH): $(cd "$WHEELS" && ls ./*.whl | tr '\n' ' ')"
+        else
+            echo "WARNING: installing the wheels of $WHEELS failed"
+        fi
+    else
+        echo "no wheels in $WHEELS"
+    fi
+}
+
+check_modules() {
+    section "polyprof's dependencies"
+    local missing=""
+    for mod in $REQUIRED_MODULES pytest; do
+        if "$PY" -c "import $mod" 2>/dev/null; then
+            echo "$mod: $("$PY" -c "import importlib.metadata as m; print(m.version('$mod'))" 2>/dev/null || echo present)"
+        else
+            echo "$mod: MISSING"
+            missing="$missing $mod"
+        fi
+    done
+    if "$PY" -c "import hta.trace_analysis" 2>/dev/null; then
+        echo "hta: $("$PY" -c "import importlib.metadata as m; print(m.version('HolisticTraceAnalysis'))" 2>/dev/null)"
+        "$PY" -c "import pandas, sys; sys.exit(int(pandas.__version__.split('.')[0]) >= 3)" \
+            || echo "WARNING: pandas $("$PY" -c 'import pandas; print(pandas.__version__)') with HTA 0.5: its breakdowns may fail; carry a pandas<3 wheel"
+    else
+        echo "hta: not importable: the HTA checks will skip (carry HolisticTraceAnalysis, plotly, pydot wheels)"
+    fi
+    if [ -n "$missing" ]; then
+        echo
+        echo "MISSING:$missing. Put their wheels (CPython 3.12, manylinux x86-64) in $WHEELS, for example"
+        echo "with 'scripts/gpu_check.sh --download-wheels' on a machine with network, and run again."
+        return 2
+    fi
+}
+
+shim_install() {
+    # The checkout on PYTHONPATH: polyprof's package-dir (core/ as polyprof, plugins/ as
+    # polyprof.plugins) as a folder of links, polyprof_cuda as is, and .dist-info folders with
+    # the entry points from the pyproject files, which is all polyprof's plugin discovery reads.
+    local shim="/tmp/polyprof-gpu-shim"
+    rm -rf "$shim" && mkdir -p "$shim/polyprof" || return 1
+    for entry in "$ROOT"/core/*; do ln -s "$entry" "$shim/polyprof/$(basename "$entry")"; done
+    ln -s "$ROOT/plugins" "$shim/polyprof/plugins"
+    ln -s "$ROOT/plugins_cuda/polyprof_cuda" "$shim/polyprof_cuda"
+    "$PY" - "$ROOT" "$shim" <<'EOF' || return 1
+import sys, tomllib
+from pathlib import Path
+root, shim = Path(sys.argv[1]), Path(sys.argv[2])
+for project in (root / "pyproject.toml", root / "plugins_cuda" / "pyproject.toml"):
+    meta = tomllib.loads(project.read_text())["project"]
+    info = shim / f"{meta['name'].replace('-', '_')}-{meta['version']}.dist-info"
+    info.mkdir()
+    info.joinpath("METADATA").write_text(f"Metadata-Version: 2.1\nName: {meta['name']}\nVersion: {meta['version']}\n")
+    groups = dict(meta.get("entry-points", {}))
+    if meta.get("scripts"):
+        groups["console_scripts"] = meta["scripts"]
+    info.joinpath("entry_points.txt").write_text(
+        "".join(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n" for g, eps in groups.items())
+    )
+    print(f"{info.name}: {sum(len(e) for e in groups.values())} entry points")
+EOF
+    export PYTHONPATH="$shim${PYTHONPATH:+:$PYTHONPATH}"
+    echo "polyprof and polyprof-cuda from $ROOT through $shim (first on PYTHONPATH)"
+}
+
+install_polyprof() {
+    section "polyprof and polyprof-cuda from the checkout"
+    if "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation \
+        -e "$ROOT" -e "$ROOT/plugins_cuda" >/tmp/polyprof-gpu-pip.log 2>&1; then
+        echo "installed (editable)"
+    else
+        grep -E "Error|error:" /tmp/polyprof-gpu-pip.log | tail -3
+        echo "pip could not install them editable (setuptools >= 77 is needed); using the checkout directly"
+        shim_install || return 2
+    fi
+    "$PY" -c "import polyprof, polyprof_cuda; print('polyprof', polyprof.__file__); print('polyprof_cuda', polyprof_cuda.__file__)" \
+        || return 2
+    "$PY" - <<'EOF'
+# the same question the tests ask: torch loaded, is CUDA recordable through torch's Kineto?
+import io, contextlib, torch  # noqa: F401 - torch loaded, as in a user's program
+from polyprof.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    main(["plugins"])
+print(out.getvalue())
+line = next((l for l in out.getvalue().splitlines() if l.startswith("cuda ")), "")
+if not line or "unavailable" in line or "failed" in line:
+    print("WARNING: the cuda plugin is not loaded here; the comparisons will fail")
+EOF
+}
+
+run_tests() {
+    section "tests/gpu"
+    local out_dir="$1"
+    shift
+    export POLYPROF_GPU_RESULTS="${POLYPROF_GPU_RESULTS:-$out_dir/gpu_results.jsonl}"
+    # a hung child is reported (with its stacks) well inside a 10-minute command limit
+    export POLYPROF_GPU_CHILD_TIMEOUT_S="${POLYPROF_GPU_CHILD_TIMEOUT_S:-300}"
+    if [ -z "${POLYPROF_GPU_TRACE_DIR:-}" ]; then
+        export POLYPROF_GPU_TRACE_DIR=/tmp/polyprof-gpu-traces
+        rm -rf "$POLYPROF_GPU_TRACE_DIR"  # ours: this run's traces only
+    fi
+    mkdir -p "$POLYPROF_GPU_TRACE_DIR"
+    echo "results: $POLYPROF_GPU_RESULTS; traces: $POLYPROF_GPU_TRACE_DIR"
+    (cd "$ROOT" && PYTHONUNBUFFERED=1 "$PY" -m pytest -q -p no:cacheprovider tests/gpu \
+        --durations=15 --junitxml="$out_dir/gpu_junit.xml" "$@")
+    local rc=$?
+    pack_traces "$out_dir"
+    section "results ($POLYPROF_GPU_RESULTS)"
+    "$PY" "$ROOT/tests/gpu/gpu_compare.py" "$POLYPROF_GPU_RESULTS" || true
+    return $rc
+}
+
+pack_traces() {
+    local out_dir="$1" archive="$1/gpu_traces.tar.gz"
+    (cd "$POLYPROF_GPU_TRACE_DIR" && find . -name '*.json' | sort >/tmp/polyprof-gpu-traces.list)
+    [ -s /tmp/polyprof-gpu-traces.list ] || return 0
+    tar -czf "$archive" -C "$POLYPROF_GPU_TRACE_DIR" -T /tmp/polyprof-gpu-traces.list 2>/dev/null
+    if [ "$(stat -c %s "$archive" 2>/dev/null || echo 0)" -gt $((15 * 1024 * 1024)) ]; then
+        (cd "$POLYPROF_GPU_TRACE_DIR" && grep -E '^\./eager/' /tmp/polyprof-gpu-traces.list >/tmp/polyprof-gpu-traces.list2)
+        tar -czf "$archive" -C "$POLYPROF_GPU_TRACE_DIR" -T /tmp/polyprof-gpu-traces.list2 2>/dev/null
+    fi
+    echo "traces: $archive ($(du -h "$archive" | cut -f1))"
+}
+
+main() {
+    local out_dir="$1"
+    shift
+    facts
+    install_wheels
+    check_modules || return 2
+    install_polyprof || return 2
+    run_tests "$out_dir" "$@"
+}
+
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0  # sourced: the functions only
+if [ "${1:-}" = "--download-wheels" ]; then
+    download_wheels
+    exit $?
+fi
+OUT_DIR="${OUT:-/tmp/polyprof-gpu-check}"
+mkdir -p "$OUT_DIR"
+main "$OUT_DIR" "$@" 2>&1 | tee "$OUT_DIR/gpu_check.log"
+exit "${PIPESTATUS[0]}"

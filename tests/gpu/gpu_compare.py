@@ -1,0 +1,442 @@
+"""Plain helpers for tests/gpu: summaries of a profile, comparisons with torch.profiler, verdicts.
+
+Nothing here needs a GPU or imports torch at module level, so
+tests/gpu/test_gpu_helpers.py checks every function on synthetic inputs on
+any machine; tests/gpu/gpu_child.py and tests/gpu/test_cuda_vs_torch.py use
+them on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+#: Per-op Self CUDA of polyprof within this fraction of torch.profiler's.
+SELF_DEVICE_TOLERANCE = 0.02
+#: Keys whose torch Self CUDA is below this fraction of the workload's device time are "small":
+#: a few hundred ns of jitter on a microsecond kernel is several percent of it, so the 2% check
+#: applies to the others, and small keys get SMALL_KEY_TOLERANCE (both maxima are recorded).
+SIGNIFICANT_FRACTION = 0.005
+SMALL_KEY_TOLERANCE = 0.10
+#: polyprof's overhead ratio must be at most OVERHEAD_FACTOR * torch's + OVERHEAD_EPSILON.
+OVERHEAD_FACTOR = 1.25
+OVERHEAD_EPSILON = 0.05
+#: Chrome trace categories of the device rows that launch or copy (not annotations).
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def device_name(device_type: Any) -> str:
+    """``"CUDA"`` for torch's ``DeviceType.CUDA`` (a pybind enum) or polyprof's, whatever the repr."""
+    name = getattr(device_type, "name", None)
+    if isinstance(name, str):
+        return name
+    return str(device_type).rsplit(".", 1)[-1]
+
+
+def summarize_profile(prof: Any, device: str = "CUDA") -> dict[str, Any]:
+    """What the comparison needs of a finished profile (torch.profiler's or polyprof's, same API).
+
+    * ``device_rows``: name -> count of ``prof.events()`` on ``device`` (kernels, copies, fills);
+    * ``device_averages``: key -> count of the ``key_averages()`` rows on ``device``;
+    * ``self_device``: ``"<device type>|<key>"`` -> ``self_device_time_total`` (µs) of every row
+      that has some; the device type is part of the key because torch keeps rows of one name
+      apart by device (Inductor's ``triton_...`` range on the CPU and its kernel on the GPU);
+    * ``device_total``: the same for ``device_time_total``;
+    * ``device_keys``: the ``self_device`` keys of the rows on ``device`` (the kernels themselves);
+    * ``device_annotations``: ``self_device_time_total`` of the GPU-side user annotations
+      (``record_function`` ranges as Kineto mirrors them on a stream, ``ProfilerStep*``). They are
+      spans, not work: they include the GPU's idle gaps, which depend on how fast the CPU
+      launched, so they stay out of ``self_device`` (and torch leaves them out of its totals);
+    * ``op_counts``: key -> count of the CPU's ``aten::`` rows (a sanity check of the CPU side).
+
+    Rows that share a key and device type (they differ in another grouping field) are summed.
+    """
+    events = prof.events()
+    device_rows = Counter(e.name for e in events if device_name(e.device_type) == device)
+    device_averages: Counter[str] = Counter()
+    op_counts: Counter[str] = Counter()
+    self_device: dict[str, float] = {}
+    device_total: dict[str, float] = {}
+    device_keys: set[str] = set()
+    device_annotations: dict[str, float] = {}
+    for a in prof.key_averages():
+        on = device_name(a.device_type)
+        key = f"{on}|{a.key}"
+        if on == device:
+            device_averages[a.key] += int(a.count)
+        if on == "CPU" and a.key.startswith("aten::"):
+            op_counts[a.key] += int(a.count)
+        if on != "CPU" and getattr(a, "is_user_annotation", False):
+            device_annotations[key] = device_annotations.get(key, 0.0) + float(a.self_device_time_total)
+            continue
+        if on == device:
+            device_keys.add(key)
+        if a.self_device_time_total > 0:
+            self_device[key] = self_device.get(key, 0.0) + float(a.self_device_time_total)
+        if a.device_time_total > 0:
+            device_total[key] = device_total.get(key, 0.0) + float(a.device_time_total)
+    return {
+        "device_rows": dict(device_rows),
+        "device_averages": dict(device_averages),
+        "self_device": self_device,
+        "device_total": device_total,
+        "device_keys": sorted(device_keys),
+        "device_annotations": device_annotations,
+        "op_counts": dict(op_counts),
+    }
+
+
+def profiler_warnings(lines: Iterable[str]) -> list[str]:
+    """The warnings (``module.Category: message``, gpu_child.warning_lines) that concern the
+    profilers: polyprof's own categories, and any mentioning CUPTI or Kineto."""
+    return [w for w in lines if w.startswith("polyprof") or "CUPTI" in w or "Kineto" in w]
+
+
+def counter_mismatches(ours: Mapping[str, int], theirs: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """name -> (ours, theirs) for every name whose counts differ (a missing name counts 0)."""
+    return {
+        name: (int(ours.get(name, 0)), int(theirs.get(name, 0)))
+        for name in sorted(set(ours) | set(theirs))
+        if int(ours.get(name, 0)) != int(theirs.get(name, 0))
+    }
+
+
+def median_per_key(reps: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Per key, the median over repetitions (a key absent from a repetition counts 0 there)."""
+    keys = set().union(*reps) if reps else set()
+    return {k: float(statistics.median(float(r.get(k, 0.0)) for r in reps)) for k in keys}
+
+
+def relative_deviation(ours: float, theirs: float) -> float:
+    """|ours - theirs| / theirs; 0 when both are 0, infinite when only theirs is 0."""
+    if theirs == 0:
+        return 0.0 if ours == 0 else math.inf
+    return abs(ours - theirs) / abs(theirs)
+
+
+def self_device_report(
+    ours_reps: Sequence[Mapping[str, float]],
+    theirs_reps: Sequence[Mapping[str, float]],
+    device_keys: Iterable[str],
+    *,
+    tolerance: float = SELF_DEVICE_TOLERANCE,
+    significant_fraction: float = SIGNIFICANT_FRACTION,
+    small_tolerance: float = SMALL_KEY_TOLERANCE,
+) -> dict[str, Any]:
+    """Per-key Self CUDA of ours against theirs, each the median over its repetitions.
+
+    A key is significant when theirs is at least ``significant_fraction`` of
+    their device time (the sum over ``device_keys``, the kernel rows). Returns
+    the maxima in percent (significant keys, all keys), the keys over their
+    tolerance (``failures``: key, ours, theirs, deviation %), keys one side
+    lacks, and ``noise_pct``: the largest spread of torch's own repetitions
+    around their median over the significant keys (what run-to-run timing
+    alone gives; 0 with one repetition).
+    """
+    ours, theirs = median_per_key(ours_reps), median_per_key(theirs_reps)
+    total = sum(theirs.get(k, 0.0) for k in set(device_keys))
+    floor = significant_fraction * total
+    significant_dev, all_dev, noise = 0.0, 0.0, 0.0
+    failures: list[tuple[str, float, float, float]] = []
+    for key in sorted(theirs):
+        t = theirs[key]
+        if t <= 0:
+            continue
+        o = ours.get(key, 0.0)
+        dev = relative_deviation(o, t)
+        all_dev = max(all_dev, dev)
+        significant = t >= floor
+        if significant:
+            significant_dev = max(significant_dev, dev)
+            for rep in theirs_reps:
+                noise = max(noise, relative_deviation(float(rep.get(key, 0.0)), t))
+        if dev > (tolerance if significant else small_tolerance):
+            failures.append((key, o, t, _pct(dev)))
+    return {
+        "max_dev_pct": _pct(significant_dev),
+        "max_dev_pct_all": _pct(all_dev),
+        "noise_pct": _pct(noise),
+        "significant_floor_us": floor,
+        "device_time_us": total,
+        "failures": failures,
+        "missing": sorted(k for k, v in theirs.items() if v > 0 and ours.get(k, 0.0) == 0),
+        "extra": sorted(k for k, v in ours.items() if v > 0 and theirs.get(k, 0.0) == 0),
+    }
+
+
+def _pct(fraction: float) -> float:
+    return fraction * 100 if math.isfinite(fraction) else math.inf
+
+
+def overhead_ratio(profiled_s: Sequence[float], baseline_s: Sequence[float]) -> float:
+    """Median profiled loop time over median unprofiled loop time."""
+    if not profiled_s or not baseline_s:
+        raise ValueError("overhead_ratio needs at least one timing of each")
+    base = statistics.median(baseline_s)
+    if base <= 0:
+        raise ValueError(f"the unprofiled loop took {base} s")
+    return statistics.median(profiled_s) / base
+
+
+def overhead_limit(
+    torch_ratio: float, factor: float = OVERHEAD_FACTOR, epsilon: float = OVERHEAD_EPSILON
+) -> float:
+    """The highest overhead ratio polyprof may have where torch.profiler's is ``torch_ratio``."""
+    return factor * torch_ratio + epsilon
+
+
+def trace_device_rows(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The device rows of a Chrome trace, by stream: ``{"by_stream": {stream: {name: count}}, ...}``.
+
+    Reads torch's traces (Kineto's writer) and polyprof's alike: complete
+    events (``ph`` X) in the kernel, memcpy and memset categories; the stream
+    is ``args.stream``, else the lane (``tid``). Also counts ``ProfilerStep#``
+    ranges on the host.
+    """
+    trace = _load_json(path)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    by_stream: dict[str, Counter[str]] = {}
+    steps = 0
+    for ev in events:
+        if ev.get("ph") != "X":
+            continue
+        cat = ev.get("cat")
+        if cat in DEVICE_CATEGORIES:
+            args = ev.get("args") or {}
+            stream = str(args.get("stream", ev.get("tid")))
+            by_stream.setdefault(stream, Counter())[ev.get("name", "")] += 1
+        elif str(ev.get("name", "")).startswith("ProfilerStep#") and cat != "gpu_user_annotation":
+            steps += 1
+    return {
+        "by_stream": {s: dict(c) for s, c in sorted(by_stream.items())},
+        "kernels": sum(sum(c.values()) for c in by_stream.values()),
+        "profiler_steps": steps,
+    }
+
+
+def stream_signature(by_stream: Mapping[str, Mapping[str, int]]) -> list[list[list[Any]]]:
+    """Device rows per stream with the stream ids left out (they may differ between processes):
+    each stream's sorted (name, count) pairs, the streams sorted."""
+    return sorted(sorted([name, int(n)] for name, n in rows.items()) for rows in by_stream.values())
+
+
+def _load_json(path: str | os.PathLike[str]) -> Any:
+    data = Path(path).read_bytes()
+    try:
+        import orjson
+
+        return orjson.loads(data)
+    except ImportError:
+        return json.loads(data)
+
+
+# ---------------------------------------------------------------- one workload's numbers
+
+PROFILERS = ("torch", "polyprof")
+
+
+def summarize_comparison(workload: str, runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The numbers of one workload (no assertion): what the tests check and the results file keeps."""
+    ours, theirs = runs["polyprof"], runs["torch"]
+    last_theirs = theirs["summaries"][-1]
+    report = self_device_report(
+        [s["self_device"] for s in ours["summaries"]],
+        [s["self_device"] for s in theirs["summaries"]],
+        last_theirs["device_keys"],
+    )
+    ratios = {
+        which: overhead_ratio(runs[which]["overhead"]["profiled_s"], runs[which]["overhead"]["baseline_s"])
+        for which in PROFILERS
+    }
+    return {
+        "record": "workload",
+        "workload": workload,
+        "gpu": theirs.get("facts", {}).get("gpu"),
+        "steps_per_recording": ours["steps"],
+        "recordings": len(ours["summaries"]),
+        "device_rows": {w: sum(runs[w]["summaries"][-1]["device_rows"].values()) for w in PROFILERS},
+        "distinct_device_rows": len(last_theirs["device_rows"]),
+        "device_row_counts": last_theirs["device_rows"],
+        "device_row_mismatches": [
+            counter_mismatches(o["device_rows"], t["device_rows"])
+            for o, t in zip(ours["summaries"], theirs["summaries"])
+        ],
+        "streams": {w: len(runs[w]["trace_rows"]["by_stream"]) for w in PROFILERS},
+        "max_self_cuda_dev_pct": report["max_dev_pct"],
+        "max_self_cuda_dev_pct_all_keys": report["max_dev_pct_all"],
+        "torch_self_cuda_spread_pct": report["noise_pct"],
+        "device_time_us": report["device_time_us"],
+        "self_cuda_report": report,
+        "overhead_ratio": ratios,
+        "overhead_limit": overhead_limit(ratios["torch"]),
+        "loop_ms_median": {
+            w: {k: 1000 * statistics.median(runs[w]["overhead"][k]) for k in ("baseline_s", "profiled_s")}
+            for w in PROFILERS
+        },
+        "overhead_steps": ours["overhead"]["steps"],
+        "export_s": {w: runs[w]["export_s"] for w in PROFILERS},
+        "max_rss_mb": {w: runs[w]["max_rss_mb"] for w in PROFILERS},
+        "polyprof_warnings": ours["warnings"],
+        "graph_preinit": ours.get("graph_preinit"),
+    }
+
+
+# ---------------------------------------------------------------- settings and results file
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value else default
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name, "").strip()
+    return float(value) if value else default
+
+
+def child_size_args() -> list[str]:
+    """The recording sizes for every ``run`` child (environment overrides)."""
+    return [
+        "--steps", str(env_int("POLYPROF_GPU_STEPS", 50)),
+        "--reps", str(env_int("POLYPROF_GPU_REPS", 3)),
+        "--overhead-reps", str(env_int("POLYPROF_GPU_OVERHEAD_REPS", 7)),
+        "--overhead-steps", str(env_int("POLYPROF_GPU_OVERHEAD_STEPS", 50)),
+    ]  # fmt: skip
+
+
+def results_path(environ: Mapping[str, str] | None = None) -> Path:
+    """Where the measurements go: $POLYPROF_GPU_RESULTS, else $OUT/gpu_results.jsonl, else tmp."""
+    env = os.environ if environ is None else environ
+    if env.get("POLYPROF_GPU_RESULTS"):
+        return Path(env["POLYPROF_GPU_RESULTS"])
+    if env.get("OUT"):
+        return Path(env["OUT"]) / "gpu_results.jsonl"
+    return Path(tempfile.gettempdir()) / "polyprof_gpu_results.jsonl"
+
+
+def write_result(record: Mapping[str, Any], path: str | os.PathLike[str] | None = None) -> Path:
+    """Append ``record`` as one JSON line (infinities written as strings, keys sorted)."""
+    target = Path(path) if path is not None else results_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(_finite(record), sort_keys=True) + "\n")
+    return target
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def find_child_result(stdout: str, marker: str = "GPU_CHILD_RESULT ") -> dict[str, Any] | None:
+    """The JSON a child printed after ``marker`` (its last such line), or None."""
+    found = None
+    for line in stdout.splitlines():
+        if line.startswith(marker):
+            found = json.loads(line[len(marker) :])
+    return found
+
+
+# ---------------------------------------------------------------- HTA
+
+
+def hta_summary(trace_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load the traces in ``trace_dir`` with Holistic Trace Analysis and run its kernel, temporal
+    and idle-time breakdowns; what each saw of the GPU work (needs ``hta``)."""
+    import warnings
+
+    from hta.trace_analysis import TraceAnalysis
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        analysis = TraceAnalysis(trace_dir=str(trace_dir))
+        kernel_type_df, kernel_df = analysis.get_gpu_kernel_breakdown(visualize=False)
+        temporal = analysis.get_temporal_breakdown(visualize=False)
+        idle = analysis.get_idle_time_breakdown(visualize=False)
+    idle_df = idle[0] if isinstance(idle, tuple) else idle
+    type_sums = {str(k): float(v) for k, v in zip(kernel_type_df["kernel_type"], kernel_type_df["sum"])}
+    row = temporal.iloc[0]
+    return {
+        "kernel_types_us": type_sums,
+        "kernel_names": sorted(str(n) for n in kernel_df["name"]),
+        "compute_time_us": float(row["compute_time(us)"]),
+        "non_compute_time_us": float(row["non_compute_time(us)"]),
+        "idle_time_us": float(row["idle_time(us)"]),
+        "idle_streams": sorted({int(s) for s in idle_df["stream"]}),
+    }
+
+
+# ---------------------------------------------------------------- a readable digest of the results
+
+
+def format_results(lines: Iterable[str]) -> list[str]:
+    """One line per record of a results file (what scripts/gpu_check.sh prints at the end)."""
+    out = []
+    for line in lines:
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        kind = r.get("record")
+        if kind == "machine":
+            keys = ("gpu", "driver", "torch", "torch_cuda", "python", "triton", "hta")
+            out.append("machine: " + ", ".join(f"{k} {r.get(k)}" for k in keys))
+        elif kind == "workload" and "skipped" in r:
+            out.append(f"{r['workload']}: skipped: {r['skipped']}")
+        elif kind == "workload":
+            ratio = r["overhead_ratio"]
+            out.append(
+                f"{r['workload']}: CUDA rows torch {r['device_rows']['torch']} / polyprof "
+                f"{r['device_rows']['polyprof']} ({r['distinct_device_rows']} names, streams {r['streams']}); "
+                f"max Self CUDA deviation {_num(r['max_self_cuda_dev_pct'])}% "
+                f"(all keys {_num(r['max_self_cuda_dev_pct_all_keys'])}%, "
+                f"torch's own spread {_num(r['torch_self_cuda_spread_pct'])}%); "
+                f"overhead torch {_num(ratio['torch'], 3)} polyprof {_num(ratio['polyprof'], 3)} "
+                f"(limit {_num(r['overhead_limit'], 3)})"
+            )
+        elif kind == "hta":
+            parts = []
+            for which in PROFILERS:
+                h = r.get(which, {})
+                parts.append(
+                    f"{which}: {h['error']}"
+                    if "error" in h
+                    else f"{which}: kernel types {h.get('kernel_types_us')}, streams {h.get('idle_streams')}"
+                )
+            out.append(f"HTA {r.get('workload')}: " + "; ".join(parts))
+        elif kind == "soak":
+            out.append(
+                f"soak: {r.get('steps')} steps, {r.get('traces')} traces in {_num(r.get('seconds', 0), 0)} s, "
+                f"{len(r.get('empty_traces', []))} without CUDA rows, CUDA rows per trace "
+                f"{r.get('device_rows_min')}..{r.get('device_rows_max')}, max RSS "
+                f"{_num(r.get('max_rss_mb_start', 0), 0)} -> {_num(r.get('max_rss_mb_end', 0), 0)} MB"
+            )
+        else:
+            out.append(json.dumps(r)[:400])
+    return out
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) else str(value)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python tests/gpu/gpu_compare.py RESULTS.jsonl")
+    results = Path(sys.argv[1])
+    if not results.is_file():
+        sys.exit(f"no results file at {results}")
+    print("\n".join(format_results(results.read_text().splitlines())))

@@ -37,8 +37,11 @@ table, the trace's path and its notes to stderr. Exit status: the script's
 (``sys.exit(n)`` gives n; ``sys.exit("text")`` prints the text and gives 1);
 an exception in the script prints its traceback (after the profile is
 written) and gives 1 (130 for ``KeyboardInterrupt``); a missing script or
-module gives 2 before anything runs. When the script succeeds but the profile
-cannot be written, the status is 1.
+module, or an ``--output-dir`` that cannot be created or written into, gives 2
+before anything runs (the directory is created, as torch's
+``tensorboard_trace_handler`` creates its own, and removed again if it was made
+for nothing). When the script succeeds but the profile cannot be written, the
+status is 1.
 """
 
 from __future__ import annotations
@@ -349,6 +352,8 @@ class WholeScriptProfile:
         self.target = target
         self.stream = stream
         self.exporter = exporter
+        #: Where traces go, fixed before the script runs: a script that changes directory does not move it.
+        self.output_dir = os.path.abspath(options.output_dir)
         #: Paths written, one per delivered cycle.
         self.written: list[str] = []
         #: Problems and remarks, printed at the end.
@@ -472,15 +477,19 @@ class WholeScriptProfile:
         self.stream.flush()
 
     def _write_trace(self, prof: Any) -> str:
-        directory = self.options.output_dir
-        os.makedirs(directory, exist_ok=True)
+        """Export one cycle's trace; return its path as the user named the directory."""
+        # Made and checked before the script ran, but the script may have removed it.
+        os.makedirs(self.output_dir, exist_ok=True)
         suffixes = tuple(getattr(self.exporter, "suffixes", ()) or ())
         suffix = _FILE_SUFFIX.get(self.options.format) or (
             suffixes[0] if suffixes else f".{self.options.format}"
         )
         worker = f"{self.target.file_stem}.{socket.gethostname()}_{os.getpid()}"
-        path = os.path.join(directory, f"{worker}.{time.time_ns()}{suffix}")
-        return self.exporter.export(prof.trace, path)
+        path = os.path.join(self.output_dir, f"{worker}.{time.time_ns()}{suffix}")
+        written = self.exporter.export(prof.trace, path)
+        if os.path.dirname(written) == self.output_dir:
+            return os.path.join(self.options.output_dir, os.path.basename(written))
+        return written
 
     def summary_notes(self) -> list[str]:
         """What to say at the end beyond the tables."""
@@ -561,6 +570,7 @@ def run_command(args: argparse.Namespace) -> int:
     options = RunOptions.from_args(args)
     from polyprof import shim
     from polyprof.errors import ActivityUnavailableError
+    from polyprof.fileio import OutputPathError, prepare_output_directory
     from polyprof.registry import UnknownExporterError, make_plugin_manager
 
     with script_environment(target):
@@ -583,6 +593,14 @@ def run_command(args: argparse.Namespace) -> int:
                     where = "argument --activities: " if options.activities is not None else ""
                 stream.write(f"{_PREFIX}: error: {where}{exc}\n")
                 return EXIT_USAGE
+            # Before the script runs: a run of hours must not end in a directory that cannot take its trace.
+            try:
+                created_dir = prepare_output_directory(options.output_dir)
+            except OutputPathError as exc:
+                stream.write(f"{_PREFIX}: error: argument --output-dir: {exc}\n")
+                return EXIT_USAGE
+            if created_dir is not None:
+                created_dir = os.path.abspath(created_dir)
             with shim.shimmed():
                 whole = WholeScriptProfile(
                     options,
@@ -599,7 +617,22 @@ def run_command(args: argparse.Namespace) -> int:
                     finally:
                         _flush_quietly(sys.stdout)
                         whole.finish()
+    if created_dir is not None and not whole.written:
+        _remove_empty_directories(whole.output_dir, up_to=created_dir)
     return _report(outcome, whole, stream)
+
+
+def _remove_empty_directories(directory: str, *, up_to: str) -> None:
+    """Remove ``directory`` and its parents up to ``up_to`` while they are empty (made for nothing).
+
+    Nothing outside ``up_to`` is touched, whatever ``..`` the directory was named with.
+    """
+    while os.path.commonpath([directory, up_to]) == up_to:
+        try:
+            os.rmdir(directory)
+        except OSError:  # not empty (the script wrote there), or gone
+            return
+        directory = os.path.dirname(directory)
 
 
 def _report(outcome: ScriptOutcome, whole: WholeScriptProfile, stream: TextIO) -> int:
@@ -631,7 +664,8 @@ _EPILOG = textwrap.dedent(
     each cycle's table and trace are written when it ends.
 
     The table, the trace's path and notes go to stderr; the script's stdout is its own.
-    Exit status: the script's; 1 if it raised; 2 for a missing script or module.
+    Exit status: the script's; 1 if it raised; 2 for a missing script or module, or an
+    --output-dir that cannot be created or written into (checked before the script runs).
     """
 )
 
@@ -717,7 +751,8 @@ def add_run_command(subparsers: Any) -> None:
         "--output-dir",
         default=DEFAULT_OUTPUT_DIR,
         metavar="DIR",
-        help="directory for the trace files (default: %(default)s)",
+        help="directory for the trace files, created if missing; checked before the script runs "
+        "(default: %(default)s)",
     )
     option(
         "--format",

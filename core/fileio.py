@@ -7,23 +7,43 @@ exception the temporary file is removed and the destination is left as it was.
 
 ``check_writable_path`` fails early with a one-line message naming the path and
 the problem, so a profiler can refuse a bad ``export_chrome_trace`` path before
-it spends seconds building the trace text.
+it spends seconds building the trace text; ``prepare_output_directory`` does the
+same for a directory that traces will be written into later.
+
+Temporary files are named ``.polyprof-<host tag>-<pid>-<random>.tmp``, about 40
+bytes whatever the final name, so every name that fits the file system's
+``NAME_MAX`` can be written (torch's trace names reach 254 bytes). A writer
+holds an ``flock`` on its temporary file until the rename; a writer killed
+mid-write (SIGKILL, or SIGTERM without a handler, where no ``finally`` runs)
+leaves the file unlocked, and the next write into that directory removes it.
+The pid in the name may be reused, so only the lock says whether a writer is
+alive; the host tag keeps one machine from judging another's files on a shared
+file system whose locks may be local.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import gzip
 import io
 import os
+import re
 import secrets
+import socket
 import stat
+import zlib
 from collections.abc import Iterator
 from typing import IO, Any
 
 from polyprof._log import get_logger
 from polyprof.errors import PolyprofError
+
+try:
+    import fcntl
+except ImportError:  # Windows: an open file cannot be deleted there, but no lock tells a live writer apart
+    fcntl = None  # type: ignore[assignment]
 
 log = get_logger(__name__)
 
@@ -33,6 +53,7 @@ DEFAULT_GZIP_LEVEL = 6
 __all__ = [
     "DEFAULT_GZIP_LEVEL",
     "OutputDirectoryMissing",
+    "OutputNameTooLong",
     "OutputNotADirectory",
     "OutputPathError",
     "OutputPathIsDirectory",
@@ -40,7 +61,11 @@ __all__ = [
     "atomic_writer",
     "check_writable_path",
     "is_gzip_path",
+    "prepare_output_directory",
 ]
+
+#: Names of polyprof's temporary files; nothing else is ever removed as a leftover.
+_TEMP_NAME = re.compile(r"\.polyprof-(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)-[0-9a-f]{8}\.tmp")
 
 
 class OutputPathError(PolyprofError, OSError):
@@ -84,6 +109,12 @@ class OutputPermissionError(OutputPathError, PermissionError):
     default_errno = errno.EACCES
 
 
+class OutputNameTooLong(OutputPathError):
+    """The file name is longer than the file system allows (``NAME_MAX`` bytes)."""
+
+    default_errno = errno.ENAMETOOLONG
+
+
 def is_gzip_path(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` asks for gzip compression (it ends in ``.gz``)."""
     return os.fspath(path).lower().endswith(".gz")
@@ -99,8 +130,9 @@ def check_writable_path(path: str | os.PathLike[str]) -> str:
     Raises an ``OutputPathError`` subclass naming the path and the problem:
     the directory does not exist (``FileNotFoundError``), a parent is not a
     directory (``NotADirectoryError``), the path is a directory
-    (``IsADirectoryError``), the directory is not writable (``PermissionError``),
-    or the path is a device or pipe (``OutputPathError``).
+    (``IsADirectoryError``), the file name is longer than the file system's
+    ``NAME_MAX`` (``OutputNameTooLong``), the directory is not writable
+    (``PermissionError``), or the path is a device or pipe (``OutputPathError``).
     """
     path = os.fspath(path)
     if not isinstance(path, str):
@@ -121,6 +153,13 @@ def check_writable_path(path: str | os.PathLike[str]) -> str:
         raise OutputDirectoryMissing(f"cannot write {path!r}: directory {missing!r} does not exist", path)
     if not os.path.isdir(directory):
         raise OutputNotADirectory(f"cannot write {path!r}: {directory!r} is not a directory", path)
+    name_bytes, name_max = len(os.fsencode(os.path.basename(path))), _name_max(directory)
+    if name_max is not None and name_bytes > name_max:
+        raise OutputNameTooLong(
+            f"cannot write {path!r}: the file name is {name_bytes} bytes long, longer than the "
+            f"{name_max} bytes (NAME_MAX) its file system allows",
+            path,
+        )
     if not os.access(directory, os.W_OK | os.X_OK):
         raise OutputPermissionError(
             f"cannot write {path!r}: no write permission for directory {directory!r}", path
@@ -131,16 +170,174 @@ def check_writable_path(path: str | os.PathLike[str]) -> str:
     return path
 
 
-def _create_temp(directory: str, final_name: str) -> tuple[int, str]:
-    """Create a new empty file next to the destination (mode follows the umask)."""
+def _name_max(directory: str) -> int | None:
+    """The longest file name, in bytes, that ``directory``'s file system takes; None when it does not say."""
+    try:
+        limit = os.pathconf(directory, "PC_NAME_MAX")
+    except (AttributeError, ValueError, OSError):  # no pathconf (Windows), or not known for this file system
+        return None
+    return limit if limit > 0 else None
+
+
+def prepare_output_directory(path: str | os.PathLike[str]) -> str | None:
+    """Make sure files can be created in the directory ``path``, creating it and its parents if needed.
+
+    Returns the outermost directory this call created (``path`` or a parent of it,
+    so that a caller can remove what it made for nothing), or None. Raises an
+    ``OutputPathError`` subclass naming the directory and the problem: it exists
+    and is not a directory, or a parent is not (``NotADirectoryError``), it cannot
+    be created or written into (``PermissionError``, also for a read-only file
+    system). Writing is tried with a temporary file, removed at once: permission
+    bits do not tell for root, ACLs or read-only mounts.
+    """
+    path = os.fspath(path)
+    if not isinstance(path, str):
+        raise TypeError(f"output directory must be a str or os.PathLike of str, not {type(path).__name__}")
+    if not path:
+        raise OutputDirectoryMissing("the output directory is an empty path", path)
+    created = None
+    if not os.path.isdir(path):
+        if os.path.lexists(path):
+            raise OutputNotADirectory(
+                f"cannot use {path!r} as the output directory: it exists and is not a directory", path
+            )
+        ancestor, outermost_missing = _nearest_existing_ancestor(path)
+        cannot_create = f"cannot create the output directory {path!r}"
+        if not os.path.isdir(ancestor):
+            raise OutputNotADirectory(f"{cannot_create}: {ancestor!r} is not a directory", path)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except PermissionError as exc:
+            raise OutputPermissionError(
+                f"{cannot_create}: no write permission for directory {ancestor!r}", path
+            ) from exc
+        except OSError as exc:
+            if exc.errno == errno.EROFS:
+                raise OutputPermissionError(
+                    f"{cannot_create}: {ancestor!r} is on a read-only file system", path
+                ) from exc
+            raise OutputPathError(f"{cannot_create}: {exc.strerror or exc}", path) from exc
+        created = outermost_missing
+    cannot_write = f"cannot write into the output directory {path!r}"
+    try:
+        fd, probe = _create_temp(path)
+    except PermissionError as exc:
+        raise OutputPermissionError(f"{cannot_write}: no write permission", path) from exc
+    except OSError as exc:
+        if exc.errno == errno.EROFS:
+            raise OutputPermissionError(f"{cannot_write}: it is on a read-only file system", path) from exc
+        raise OutputPathError(f"{cannot_write}: {exc.strerror or exc}", path) from exc
+    try:
+        os.unlink(probe)
+    finally:
+        os.close(fd)
+    return created
+
+
+def _nearest_existing_ancestor(path: str) -> tuple[str, str]:
+    """The closest parent of the missing ``path`` that exists, and its child on the way to ``path``.
+
+    ``os.makedirs`` creates the directories from that child down.
+    """
+    missing = path
+    while True:
+        parent = os.path.dirname(missing.rstrip(os.sep)) or os.curdir
+        if parent == missing or os.path.lexists(parent):
+            return parent, missing
+        missing = parent
+
+
+# ------------------------------------------------------------ temporary files
+
+
+@functools.cache
+def _host_tag() -> str:
+    """8 hex digits naming this machine in temporary file names (pids mean nothing elsewhere)."""
+    return f"{zlib.crc32(socket.gethostname().encode('utf-8', 'surrogateescape')):08x}"
+
+
+def _temp_name(pid: int | None = None) -> str:
+    """A fresh temporary file name, short whatever the destination's name is."""
+    return f".polyprof-{_host_tag()}-{os.getpid() if pid is None else pid}-{secrets.token_hex(4)}.tmp"
+
+
+def _create_temp(directory: str) -> tuple[int, str]:
+    """Create a new empty file in ``directory``, locked while it is written (mode follows the umask)."""
     for _ in range(100):
-        temp = os.path.join(directory, f".{final_name}.{secrets.token_hex(6)}.tmp")
+        temp = os.path.join(directory, _temp_name())
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         except FileExistsError:
             continue
-        return fd, temp
+        if _lock_new_temp(fd, temp):
+            return fd, temp
+        os.close(fd)  # another process's sweep took it before the lock and removes it: take another name
     raise FileExistsError(f"could not create a unique temporary file in {directory!r}")
+
+
+def _lock_new_temp(fd: int, temp: str) -> bool:
+    """Lock a just-created temporary file; False if a sweep of leftovers got to it first."""
+    if fcntl is None:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True  # no locks on this file system: no sweep can lock it either, so none removes it
+    try:
+        # A sweep may have locked, removed and released it between our open and our lock.
+        return os.path.samestat(os.fstat(fd), os.lstat(temp))
+    except FileNotFoundError:
+        return False
+
+
+def _remove_leftover_temps(directory: str) -> None:
+    """Remove temporary files that writers killed mid-write left in ``directory``.
+
+    Only names of polyprof's pattern made on this host by another process are
+    considered, and only unlocked ones (their writer is gone) are removed. This
+    process's own are left alone: on file systems that emulate ``flock`` with
+    per-process locks (NFS) its threads' locks would not exclude each other.
+    Never raises: a leftover that cannot be judged or removed stays.
+    """
+    if fcntl is None:
+        return
+    try:
+        with os.scandir(directory) as scan:
+            names = [entry.name for entry in scan if entry.name.startswith(".polyprof-")]
+    except OSError:
+        return
+    host, own_pid = _host_tag(), os.getpid()
+    for name in names:
+        match = _TEMP_NAME.fullmatch(name)
+        if match is not None and match["host"] == host and int(match["pid"]) != own_pid:
+            _remove_if_abandoned(os.path.join(directory, name))
+
+
+def _remove_if_abandoned(temp: str) -> None:
+    """Remove ``temp`` if it is this user's regular file and no writer holds its lock."""
+    try:
+        seen = os.lstat(temp)
+        if not stat.S_ISREG(seen.st_mode) or (hasattr(os, "geteuid") and seen.st_uid != os.geteuid()):
+            return
+        fd = os.open(temp, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return
+    try:
+        if not os.path.samestat(os.fstat(fd), seen):
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return  # a live writer holds it, or locks do not work here
+        if os.path.samestat(os.fstat(fd), os.lstat(temp)):  # still the file we locked
+            os.unlink(temp)
+            log.info("removed_leftover_temp_file", path=temp, size=seen.st_size)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _fsync_directory(directory: str) -> None:
@@ -170,6 +367,8 @@ def _translate_os_error(exc: OSError, path: str) -> OutputPathError | None:
         return OutputPermissionError(
             f"cannot write {path!r}: directory {directory!r} is on a read-only file system", path
         )
+    if exc.errno == errno.ENAMETOOLONG:
+        return OutputNameTooLong(f"cannot write {path!r}: the path is too long for its file system", path)
     return None
 
 
@@ -183,7 +382,9 @@ def atomic_writer(
     When ``path`` ends in ``.gz`` what is written is gzip-compressed at
     ``gzip_level`` (default ``DEFAULT_GZIP_LEVEL``). The destination appears, or
     is replaced, only when the ``with`` block ends without an exception; on an
-    exception the temporary file is deleted and the exception propagates.
+    exception (``KeyboardInterrupt`` included) the temporary file is deleted and
+    the exception propagates. Leftovers of killed writers in the destination's
+    directory are removed first.
     """
     path = check_writable_path(path)
     if gzip_level is not None and not (isinstance(gzip_level, int) and 0 <= gzip_level <= 9):
@@ -191,8 +392,9 @@ def atomic_writer(
             f"gzip_level must be an int from 0 (no compression) to 9 (smallest), not {gzip_level!r}"
         )
     directory = _parent_dir(path)
+    _remove_leftover_temps(directory)
     try:
-        fd, temp = _create_temp(directory, os.path.basename(path))
+        fd, temp = _create_temp(directory)
     except OSError as exc:
         translated = _translate_os_error(exc, path)
         if translated is None:
@@ -220,10 +422,13 @@ def atomic_writer(
                 layer.close()  # GzipFile writes its trailer; it never closes a fileobj it was given
         raw.flush()
         os.fsync(raw.fileno())
-        raw.close()
         _keep_mode_of_existing(path, temp)
+        if fcntl is None:
+            raw.close()  # Windows renames no open file; there is no lock to keep
+        # The lock is held through the rename: a sweep must never take a finished temp file for a leftover.
         os.replace(temp, path)
         committed = True
+        raw.close()
         _fsync_directory(directory)
     finally:
         if not committed:

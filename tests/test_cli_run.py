@@ -7,7 +7,9 @@ their time) from one module fixture; each test then reads its own run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import re
@@ -429,9 +431,11 @@ def test_parsers_and_exit_codes() -> None:
 
 def test_a_trace_that_cannot_be_written_makes_a_clean_run_fail(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "ok.py").write_text("import torch\ntorch.ones(3) + 1\nprint('OK')\n")
-    (tmp_path / "not_a_dir").write_text("")
-    args = parse(["--output-dir", "not_a_dir", "ok.py"])
+    # The directory was usable when the run began; the script puts a file in its place.
+    (tmp_path / "ok.py").write_text(
+        "import os, torch\nos.rmdir('out')\nopen('out', 'w').close()\ntorch.ones(3) + 1\nprint('OK')\n"
+    )
+    args = parse(["--output-dir", "out", "ok.py"])
     assert args.handler(args) == 1
     out, err = capsys.readouterr()
     assert out == "OK\n"
@@ -468,3 +472,96 @@ def test_without_torch_run_says_it_needs_torch(tmp_path, monkeypatch) -> None:
     with pytest.raises(TorchMissingError, match="needs torch"):  # polyprof.cli.main prints it, exit 1
         args.handler(args)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("output_dir", "problem"),
+    [
+        ("taken", "cannot use 'taken' as the output directory: it exists and is not a directory"),
+        ("taken/sub", "cannot create the output directory 'taken/sub': 'taken' is not a directory"),
+    ],
+    ids=["a-file", "below-a-file"],
+)
+def test_an_unusable_output_dir_fails_before_the_script_runs(
+    tmp_path, capsys, monkeypatch, output_dir, problem
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "taken").write_text("user data")
+    marker = tmp_path / "ran"
+    (tmp_path / "s.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    args = parse(["--output-dir", output_dir, "s.py"])
+    assert args.handler(args) == EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"polyprof run: error: argument --output-dir: {problem}\n")
+    assert not marker.exists()
+    assert (tmp_path / "taken").read_text() == "user data"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_an_output_dir_without_write_permission_fails_before_the_script_runs(
+    readonly_dir, run_unprivileged, monkeypatch
+) -> None:
+    parent, readonly = readonly_dir
+    monkeypatch.chdir(parent)
+    script = os.path.join(parent, "s.py")
+    with open(script, "w") as f:
+        f.write("print('RAN')\n")
+
+    def attempt() -> str:
+        results = []
+        for output_dir in (readonly, os.path.join(readonly, "new")):
+            args = parse(["--output-dir", output_dir, script])
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = args.handler(args)
+            results.append(f"{code}|{out.getvalue()}|{err.getvalue()}")
+        return "".join(results)
+
+    prefix = "polyprof run: error: argument --output-dir:"
+    assert run_unprivileged(attempt).splitlines() == [
+        f"{EXIT_USAGE}||{prefix} cannot write into the output directory {readonly!r}: no write permission",
+        (
+            f"{EXIT_USAGE}||{prefix} cannot create the output directory {os.path.join(readonly, 'new')!r}: "
+            f"no write permission for directory {readonly!r}"
+        ),
+    ]
+
+
+def test_the_output_dir_is_made_before_the_script_runs_and_kept_when_it_changes_directory(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "moves.py").write_text(
+        "import os, torch\nprint('MADE', os.path.isdir('new/out'))\nos.chdir('elsewhere')\ntorch.ones(2) + 1\n"
+    )
+    args = parse(["--output-dir", os.path.join("new", "out"), "moves.py"])
+    try:
+        assert args.handler(args) == 0
+    finally:
+        os.chdir(tmp_path)  # the in-process script changed it
+    out, err = capsys.readouterr()
+    assert out == "MADE True\n"
+    [written] = re.findall(r"^polyprof run: trace written to (.+)$", err, flags=re.MULTILINE)
+    assert written.startswith(os.path.join("new", "out", "moves."))  # as given, from where the run began
+    assert (tmp_path / written).is_file() and os.listdir(tmp_path / "elsewhere") == []
+
+
+@pytest.mark.parametrize(
+    ("options", "left"),
+    [
+        ([], []),  # no empty polyprof-out left behind
+        (["--output-dir", "made/for/nothing"], []),
+        # "made" is not below "kept", the outermost directory made: when unsure, nothing is removed.
+        (["--output-dir", "kept/../made"], ["kept", "made"]),
+    ],
+)
+def test_an_output_dir_made_for_nothing_is_removed_again(
+    tmp_path, capsys, monkeypatch, options, left
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "own.py").write_text("import torch\nwith torch.profiler.profile():\n    torch.ones(2) + 1\n")
+    args = parse([*options, "own.py"])
+    assert args.handler(args) == 0
+    assert "started its own profiler" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == sorted(["own.py", *left])

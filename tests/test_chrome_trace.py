@@ -1629,7 +1629,7 @@ def test_ac2g_flow_starts_at_a_driver_launch_when_no_runtime_call_has_its_id(tmp
         }
 
     rows = [
-        host(EventKind.DRIVER, "cuLaunchKernel", 50, 0),  # driver-only backend (cupti-python 12.x)
+        host(EventKind.DRIVER, "cuLaunchKernel", 50, 0),  # driver API launch, no runtime call (as Triton)
         kernel("k_driver", 50, 1_000),
         host(EventKind.RUNTIME, "cudaLaunchKernel", 60, 2_000),
         host(EventKind.DRIVER, "cuLaunchKernel", 60, 2_010),  # same id: the runtime call starts the flow

@@ -270,7 +270,8 @@ def _xpu_plugin_installed() -> bool:
 
 
 def check_xpu_without_a_usable_plugin(run: Run) -> None:
-    """No polyprof-xpu: the error names it. Installed, but no Intel GPU here: a warning, CPU only."""
+    """No polyprof-xpu: the error names it. Installed, but torch here is not an XPU build (or sees no
+    XPU device): a warning, CPU only."""
     if not _xpu_plugin_installed():
         assert run.stdout.strip() == (
             "ActivityUnavailableError: ProfilerActivity.XPU needs the polyprof-xpu plugin: pip install polyprof-xpu"

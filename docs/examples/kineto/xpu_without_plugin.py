@@ -9,8 +9,8 @@ Run: ``python -m polyprof run xpu_without_plugin.py``. XPU activity is recorded 
   ``ActivityUnavailableError: ProfilerActivity.XPU needs the polyprof-xpu plugin: pip install
   polyprof-xpu``. (Installed but blocked by ``POLYPROF_PLUGINS`` or
   ``POLYPROF_DISABLE_PLUGIN_AUTOLOAD=1``, it is the same error, naming the block.)
-* ``polyprof-xpu`` installed but no usable Intel GPU here (no driver or device, a Level Zero
-  loader older than 1.9, ``IPEX_ZE_TRACING=0``, ...): the profile drops XPU with an
+* ``polyprof-xpu`` installed but XPU cannot be recorded here (a torch that is not an XPU build,
+  no XPU device, ``IPEX_ZE_TRACING=0``, ...): the profile drops XPU with an
   ``ActivityUnavailableWarning`` on stderr, "XPU profiling is not available here (plugin 'xpu':
   <reason>); profiling continues without ProfilerActivity.XPU", and the script prints the
   CPU-only averages table.

@@ -7,6 +7,11 @@ through the ``polyprof`` entry-point group. Hooks build and wire components
 Phases: bootstrap -> describe -> session start -> collect components ->
 trace ready -> session finish. All hooks are called on the thread that owns
 the profiling session (the user's thread) unless a docstring says otherwise.
+
+In a profiling session, an implementation of the session-start, collect and
+later hooks that raises (or returns something its hook does not allow) is
+skipped for that call, with a ``PluginFailureWarning`` and a log event naming
+the plugin and the error; the recording goes on with the other plugins.
 """
 
 from __future__ import annotations
@@ -65,8 +70,8 @@ def polyprof_capabilities() -> Capabilities | None:
 def polyprof_session_start(session: Session) -> None:
     """A profiling session was created and is about to start its first recording.
 
-    Not firstresult; return values are ignored. Exceptions propagate to the
-    user with the plugin's name.
+    Not firstresult; return values are ignored. An exception is logged and
+    warned about with the plugin's name, and the session goes on without it.
 
     :param session: the session (its ``config`` says what is recorded).
     """

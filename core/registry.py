@@ -11,7 +11,10 @@ Loading order (later registrations are called first by pluggy, so they win):
 1. built-ins (``BUILTIN_PLUGINS``): always loaded, never blocked;
 2. third-party entry points, in entry-point name order, unless autoload is
    off (``POLYPROF_DISABLE_PLUGIN_AUTOLOAD=1``) or an allow-list
-   (``POLYPROF_PLUGINS=a,b``) leaves them out;
+   (``POLYPROF_PLUGINS=a,b``) leaves them out. An entry-point name declared by
+   two distributions (or by a third party and a built-in) fails closed: none of
+   them loads under it unless the allow-list names the distribution
+   (``DIST:NAME``);
 3. ``extra_plugins`` given in code (tests, embedding applications).
 
 Then hooks with no specification fail their plugin (pluggy's ``check_pending``
@@ -68,7 +71,8 @@ BUILTIN_PLUGINS: Final[Mapping[str, str]] = types.MappingProxyType(
 
 #: Set to 1 to stop loading third-party plugins from entry points.
 DISABLE_AUTOLOAD_ENV: Final = "POLYPROF_DISABLE_PLUGIN_AUTOLOAD"
-#: Comma-separated entry-point (or distribution) names of the third-party plugins to load.
+#: Comma-separated third-party plugins to load: ``NAME`` (entry point), ``DIST`` (distribution) or
+#: ``DIST:NAME``. Set but blank: no third-party plugin.
 ALLOW_LIST_ENV: Final = "POLYPROF_PLUGINS"
 #: Set to 1 to log every hook call and result (pluggy hook-call monitoring).
 TRACE_ENV: Final = "POLYPROF_TRACE_PLUGINS"
@@ -86,6 +90,31 @@ class UnknownExporterError(PolyprofError, ValueError):
 
 class PluginCallError(PolyprofError):
     """A plugin broke the contract of a hook (duplicate tracers and the like)."""
+
+
+class PluginSelectionError(PolyprofError, ValueError):
+    """The allow-list cannot be resolved safely: a malformed entry, or a name of several distributions."""
+
+
+class PluginFailureWarning(PolyprofWarning):
+    """A plugin failed in a hook or a component; the recording goes on without that part of it."""
+
+
+@attrs.frozen
+class HookFailure:
+    """A plugin's hook implementation that raised (or broke the hook's contract) and was skipped."""
+
+    plugin: str
+    hook: str
+    #: ``"<ExceptionType>: <message>"``.
+    error: str
+    #: The plugin, its distribution and version, as the user knows it.
+    label: str
+    traceback: str | None = None
+
+    @property
+    def message(self) -> str:
+        return f"polyprof: skipped {self.label} in {self.hook}: {self.error}; profiling goes on without it"
 
 
 @attrs.frozen
@@ -111,6 +140,8 @@ class PluginInfo:
     hooks: tuple[str, ...] = ()
     #: Part of the ``polyprof`` distribution itself (always loaded).
     builtin: bool = False
+    #: Other distributions that declare the same entry-point name (a conflict: it fails closed).
+    conflicts_with: tuple[str, ...] = ()
 
     @property
     def loaded(self) -> bool:
@@ -149,6 +180,7 @@ class PluginInfo:
                 "mode": caps.mode,
             },
             "hooks": list(self.hooks),
+            "conflicts_with": list(self.conflicts_with),
         }
 
 
@@ -192,15 +224,85 @@ def env_flag(var: str, environ: Mapping[str, str] | None = None) -> bool:
 
 
 def parse_allow_list(value: str | Iterable[str] | None) -> frozenset[str] | None:
-    """``"a, b"`` or ``["a", "b"]`` -> ``{"a", "b"}``; None or a blank string -> None (no allow-list)."""
+    """``"a, b"`` or ``["a", "b"]`` -> ``{"a", "b"}``; None -> None (no allow-list).
+
+    A blank string is an empty allow-list: no third-party plugin loads. An
+    allow-list that was set fails closed, however it was emptied.
+    """
     if value is None:
         return None
     if isinstance(value, str):
-        if not value.strip():
-            return None
         value = value.split(",")
     names = frozenset(name.strip() for name in value if name and name.strip())
     return names
+
+
+def _spelled(candidate: EntryPointCandidate) -> str:
+    """How the allow-list names exactly this entry point."""
+    return f"{candidate.distribution}:{candidate.name}"
+
+
+def _dist_key(candidate: EntryPointCandidate) -> str:
+    return canonical_name(candidate.distribution or "")
+
+
+def resolve_allow_list(
+    allowed: frozenset[str],
+    third_party: Sequence[EntryPointCandidate],
+    builtin_names: Iterable[str] = BUILTIN_PLUGINS,
+    source: str = ALLOW_LIST_ENV,
+) -> tuple[set[EntryPointCandidate], list[str]]:
+    """The third-party entry points ``allowed`` selects, and its entries that match nothing.
+
+    An entry is ``NAME`` (an entry-point name), ``DIST`` (every entry point of
+    that distribution) or ``DIST:NAME``. A bare word that several
+    distributions answer to is refused, as is a selection that puts two
+    plugins under one entry-point name: a squatting distribution must never
+    be picked by accident. Built-in names are always allowed (and never a
+    third party's).
+
+    :raises PluginSelectionError: naming the entry and the candidates.
+    """
+    builtin_names = set(builtin_names)
+    selected: set[EntryPointCandidate] = set()
+    unknown: list[str] = []
+    for entry in sorted(allowed):
+        if ":" in entry:
+            dist, _, name = (part.strip() for part in entry.partition(":"))
+            if not dist or not name:
+                raise PluginSelectionError(
+                    f"{source} entry {entry!r} is malformed; write NAME, DIST or DIST:NAME "
+                    "(e.g. polyprof-cuda:cuda)"
+                )
+            matches = [c for c in third_party if _dist_key(c) == canonical_name(dist) and c.name == name]
+            if not matches and not (canonical_name(dist) == CORE_DISTRIBUTION and name in builtin_names):
+                unknown.append(entry)
+            selected.update(matches)
+            continue
+        if entry in builtin_names:
+            continue  # built-ins always load; a third party cannot take their names
+        matches = [c for c in third_party if c.name == entry or _dist_key(c) == canonical_name(entry)]
+        if not matches:
+            unknown.append(entry)
+            continue
+        if len({_dist_key(c) for c in matches}) > 1:
+            choices = ", ".join(sorted(_spelled(c) for c in matches))
+            raise PluginSelectionError(
+                f"{source} entry {entry!r} is ambiguous: it matches plugins of several distributions "
+                f"({choices}); name the one to load as DIST:NAME"
+            )
+        selected.update(matches)
+    by_name: dict[str, list[EntryPointCandidate]] = {}
+    for candidate in selected:
+        by_name.setdefault(candidate.name, []).append(candidate)
+    for name, same in sorted(by_name.items()):
+        if len(same) > 1:
+            choices = ", ".join(sorted(_spelled(c) for c in same))
+            raise PluginSelectionError(
+                f"{source} selects {len(same)} plugins with the entry-point name {name!r} ({choices}); "
+                "only one can load under a name: keep one"
+            )
+    return selected, unknown
 
 
 def discover_entry_points(group: str = ENTRY_POINT_GROUP) -> list[EntryPointCandidate]:
@@ -295,6 +397,9 @@ class PolyprofPluginManager(pluggy.PluginManager):
         self._lock = threading.RLock()
         self._exporters_made: list[Exporter] = []
         self._undo_monitoring: Callable[[], None] | None = None
+        self._hook_failures: list[HookFailure] = []
+        # Which plugin made each component (held, so an id is never reused while recorded).
+        self._component_plugins: dict[int, tuple[object, str]] = {}
 
     # ------------------------------------------------------------ plugin records
 
@@ -312,6 +417,46 @@ class PolyprofPluginManager(pluggy.PluginManager):
                 raise KeyError(
                     f"no plugin named {name!r}; known plugins: {', '.join(self._infos) or 'none'}"
                 ) from None
+
+    def describe_plugin(self, name: str) -> str:
+        """``plugin 'cuda' (polyprof-cuda 0.3.1)``: the plugin as its user installed it."""
+        with self._lock:
+            info = self._infos.get(name)
+        if info is None or info.distribution is None:
+            return f"plugin {name!r}"
+        version = f" {info.version}" if info.version else ""
+        return f"plugin {name!r} ({info.distribution}{version})"
+
+    def plugin_of(self, component: object) -> str | None:
+        """The name of the plugin whose hook returned ``component``, if this manager made it."""
+        with self._lock:
+            entry = self._component_plugins.get(id(component))
+        return entry[1] if entry is not None and entry[0] is component else None
+
+    def hook_failures(self) -> tuple[HookFailure, ...]:
+        """Hook implementations that failed and were skipped (``isolate_errors``), oldest first."""
+        with self._lock:
+            return tuple(self._hook_failures)
+
+    def _hook_failed(self, plugin: str, hook: str, exc: BaseException) -> None:
+        failure = HookFailure(
+            plugin=plugin,
+            hook=hook,
+            error=_describe_exception(exc),
+            label=self.describe_plugin(plugin),
+            traceback=_format_traceback(exc),
+        )
+        with self._lock:
+            self._hook_failures.append(failure)
+            distribution = self._infos[plugin].distribution if plugin in self._infos else None
+        log.warning(
+            "plugin_hook_failed",
+            plugin=plugin,
+            distribution=distribution,
+            hook=hook,
+            error=failure.error,
+            exc_info=exc,
+        )
 
     def _record(self, info: PluginInfo) -> PluginInfo:
         with self._lock:
@@ -552,13 +697,18 @@ class PolyprofPluginManager(pluggy.PluginManager):
 
         ``None`` results are left out; a firstresult hook stops at the first
         other result. An exception gets a note naming the plugin and is raised,
-        or, with ``isolate_errors``, logged and skipped. ``PluginUnavailable``
-        marks the plugin unavailable and skips it.
+        or, with ``isolate_errors``, logged, recorded (``hook_failures``) and
+        skipped. ``PluginUnavailable`` marks the plugin unavailable and skips it.
         """
         return list(self._iter_each(hook_name, kwargs, isolate_errors=isolate_errors))
 
     def _iter_each(
-        self, hook_name: str, kwargs: Mapping[str, Any], *, isolate_errors: bool = False
+        self,
+        hook_name: str,
+        kwargs: Mapping[str, Any],
+        *,
+        isolate_errors: bool = False,
+        only: pluggy.HookImpl | None = None,
     ) -> Iterator[tuple[str, Any]]:
         caller = getattr(self.hook, hook_name, None)
         if caller is None or not caller.has_spec():
@@ -570,6 +720,8 @@ class PolyprofPluginManager(pluggy.PluginManager):
         impls = caller.get_hookimpls()
         wrappers = [i for i in impls if i.wrapper or i.hookwrapper]
         for impl in reversed([i for i in impls if not (i.wrapper or i.hookwrapper)]):
+            if only is not None and impl is not only:
+                continue
             try:
                 outcome = self._hookexec(hook_name, [impl, *wrappers], call_kwargs, firstresult)
             except PluginUnavailable as exc:
@@ -582,13 +734,7 @@ class PolyprofPluginManager(pluggy.PluginManager):
                 if not isolate_errors:
                     _note(exc, f"raised by polyprof plugin {impl.plugin_name!r} in {hook_name}")
                     raise
-                log.warning(
-                    "plugin_hook_failed",
-                    plugin=impl.plugin_name,
-                    hook=hook_name,
-                    error=_describe_exception(exc),
-                    exc_info=exc,
-                )
+                self._hook_failed(impl.plugin_name, hook_name, exc)
                 continue
             results = [outcome] if firstresult else list(outcome)  # type: ignore[arg-type]
             for result in results:
@@ -597,26 +743,45 @@ class PolyprofPluginManager(pluggy.PluginManager):
                     if firstresult:
                         return
 
-    def _components(self, hook_name: str, kind: type, config: ProfileConfig) -> list[tuple[str, Any]]:
+    def _components(
+        self, hook_name: str, kind: type, config: ProfileConfig, *, isolate_errors: bool = False
+    ) -> list[tuple[str, Any]]:
         found = []
-        for plugin, result in self._iter_each(hook_name, {"config": config}):
-            if (
-                isinstance(result, kind)
-                or isinstance(result, str | bytes | Mapping)
-                or not isinstance(result, Iterable)
-            ):
-                raise TypeError(
-                    f"plugin {plugin!r}: {hook_name} must return a list of {kind.__name__} objects "
-                    f"(or None), not {_short_repr(result)}"
-                )
-            for component in result:
-                try:
-                    check_component(component, kind, plugin)
-                except TypeError as exc:
-                    _note(exc, f"returned from {hook_name}")
+        for plugin, result in self._iter_each(hook_name, {"config": config}, isolate_errors=isolate_errors):
+            try:
+                components = self._checked_components(plugin, hook_name, kind, result)
+            except TypeError as exc:
+                if not isolate_errors:
                     raise
-                found.append((plugin, component))
+                self._hook_failed(plugin, hook_name, exc)  # all or nothing from this plugin
+                continue
+            found.extend((plugin, component) for component in components)
         return found
+
+    def _checked_components(self, plugin: str, hook_name: str, kind: type, result: Any) -> list[Any]:
+        if (
+            isinstance(result, kind)
+            or isinstance(result, str | bytes | Mapping)
+            or not isinstance(result, Iterable)
+        ):
+            raise TypeError(
+                f"plugin {plugin!r}: {hook_name} must return a list of {kind.__name__} objects "
+                f"(or None), not {_short_repr(result)}"
+            )
+        components = list(result)
+        for component in components:
+            try:
+                check_component(component, kind, plugin)
+            except TypeError as exc:
+                _note(exc, f"returned from {hook_name}")
+                raise
+        self._remember_origin(plugin, components)
+        return components
+
+    def _remember_origin(self, plugin: str, components: Iterable[object]) -> None:
+        with self._lock:
+            for component in components:
+                self._component_plugins[id(component)] = (component, plugin)
 
     # ------------------------------------------------------------ activities
 
@@ -687,17 +852,24 @@ class PolyprofPluginManager(pluggy.PluginManager):
 
     # ------------------------------------------------------------ components
 
-    def make_tracers(self, config: ProfileConfig, *, require_all: bool = True) -> list[Tracer]:
+    def make_tracers(
+        self, config: ProfileConfig, *, require_all: bool = True, isolate_errors: bool = False
+    ) -> list[Tracer]:
         """Tracers from every plugin for ``config.activities``.
 
         Raises ``PluginCallError`` when two tracers claim the same activity or
         name, and (with ``require_all``) ``ActivityUnavailableError`` when an
-        activity asked for has no tracer.
+        activity asked for has no tracer. With ``isolate_errors``, a plugin
+        whose hook raises or returns something other than tracers is skipped
+        and recorded (``hook_failures``); the activities it provides are then
+        left out rather than an error.
         """
+        failures_before = len(self.hook_failures())
         tracers: list[Tracer] = []
         by_activity: dict[ProfilerActivity, tuple[str, Tracer]] = {}
         by_name: dict[str, str] = {}
-        for plugin, tracer in self._components("polyprof_make_tracers", Tracer, config):
+        made = self._components("polyprof_make_tracers", Tracer, config, isolate_errors=isolate_errors)
+        for plugin, tracer in made:
             if tracer.name in by_name:
                 raise PluginCallError(
                     f"plugins {by_name[tracer.name]!r} and {plugin!r} both returned a tracer named "
@@ -716,11 +888,14 @@ class PolyprofPluginManager(pluggy.PluginManager):
                 by_activity[activity] = (plugin, tracer)
             tracers.append(tracer)
         if require_all:
+            failed = {f.plugin for f in self.hook_failures()[failures_before:]}
             missing = sorted(set(map(coerce_activity, config.activities)) - set(by_activity))
             if missing:
                 problems = []
                 for activity in missing:
                     info = self.provider_of(activity)
+                    if info is not None and info.name in failed:
+                        continue  # recorded as a hook failure; the caller goes on without it
                     if info is None:
                         problems.append(self.explain_missing_activity(activity))
                     else:
@@ -728,42 +903,64 @@ class PolyprofPluginManager(pluggy.PluginManager):
                             f"ProfilerActivity.{activity.name}: plugin {info.name!r} declares it but "
                             "returned no tracer for it"
                         )
-                raise ActivityUnavailableError("; ".join(problems))
+                if problems:
+                    raise ActivityUnavailableError("; ".join(problems))
         return tracers
 
-    def torch_collector_activities(self, config: ProfileConfig) -> frozenset[str]:
+    def torch_collector_activities(
+        self, config: ProfileConfig, *, isolate_errors: bool = False
+    ) -> frozenset[str]:
         """The union of the activities plugins ask torch's collector to record.
 
         From ``polyprof_torch_collector_activities``, once per session.
 
         Raises ``PluginCallError`` for an answer that is not a collection of
-        ``torch.profiler.ProfilerActivity`` member names.
+        ``torch.profiler.ProfilerActivity`` member names; with ``isolate_errors``
+        that plugin's answer (or exception) is skipped and recorded instead.
         """
+        hook = "polyprof_torch_collector_activities"
         names: set[str] = set()
-        for plugin, answer in self._iter_each("polyprof_torch_collector_activities", {"config": config}):
-            if isinstance(answer, str | bytes) or not all(isinstance(n, str) for n in answer):
-                raise PluginCallError(
-                    f"plugin {plugin!r} answered polyprof_torch_collector_activities with {answer!r}; "
-                    "expected names of torch.profiler.ProfilerActivity members, e.g. ['CUDA']"
-                )
-            unknown = sorted(set(answer) - set(TORCH_COLLECTOR_ACTIVITY_NAMES))
-            if unknown:
-                raise PluginCallError(
-                    f"plugin {plugin!r} asked torch's collector for {', '.join(unknown)}; valid: "
-                    f"{', '.join(TORCH_COLLECTOR_ACTIVITY_NAMES)}"
-                )
-            names.update(answer)
+        for plugin, answer in self._iter_each(hook, {"config": config}, isolate_errors=isolate_errors):
+            try:
+                names.update(self._checked_collector_answer(plugin, answer))
+            except PluginCallError as exc:
+                if not isolate_errors:
+                    raise
+                self._hook_failed(plugin, hook, exc)
         return frozenset(names)
 
-    def make_subscribers(self, config: ProfileConfig) -> list[Subscriber]:
-        """Subscribers from every plugin, in pluggy's call order."""
-        return [s for _, s in self._components("polyprof_make_subscribers", Subscriber, config)]
+    @staticmethod
+    def _checked_collector_answer(plugin: str, answer: Any) -> list[str]:
+        names = None if isinstance(answer, str | bytes) or not isinstance(answer, Iterable) else list(answer)
+        if names is None or not all(isinstance(n, str) for n in names):
+            raise PluginCallError(
+                f"plugin {plugin!r} answered polyprof_torch_collector_activities with {answer!r}; "
+                "expected names of torch.profiler.ProfilerActivity members, e.g. ['CUDA']"
+            )
+        unknown = sorted(set(names) - set(TORCH_COLLECTOR_ACTIVITY_NAMES))
+        if unknown:
+            raise PluginCallError(
+                f"plugin {plugin!r} asked torch's collector for {', '.join(unknown)}; valid: "
+                f"{', '.join(TORCH_COLLECTOR_ACTIVITY_NAMES)}"
+            )
+        return names
 
-    def make_aggregators(self, config: ProfileConfig) -> dict[str, Aggregator]:
-        """Aggregators by name; for a name offered twice, the later-registered plugin wins."""
+    def make_subscribers(self, config: ProfileConfig, *, isolate_errors: bool = False) -> list[Subscriber]:
+        """Subscribers from every plugin, in pluggy's call order (``isolate_errors``: as ``make_tracers``)."""
+        hook = "polyprof_make_subscribers"
+        return [s for _, s in self._components(hook, Subscriber, config, isolate_errors=isolate_errors)]
+
+    def make_aggregators(
+        self, config: ProfileConfig, *, isolate_errors: bool = False
+    ) -> dict[str, Aggregator]:
+        """Aggregators by name; for a name offered twice, the later-registered plugin wins.
+
+        ``isolate_errors``: a failing plugin is skipped and recorded, as in ``make_tracers``.
+        """
         chosen: dict[str, tuple[str, Aggregator]] = {}
         # pluggy calls later registrations first (built-ins are trylast), so the first seen wins.
-        for plugin, aggregator in self._components("polyprof_make_aggregators", Aggregator, config):
+        hook = "polyprof_make_aggregators"
+        for plugin, aggregator in self._components(hook, Aggregator, config, isolate_errors=isolate_errors):
             if aggregator.name in chosen:
                 log.debug(
                     "aggregator_shadowed",
@@ -786,22 +983,37 @@ class PolyprofPluginManager(pluggy.PluginManager):
             }
         )
 
-    def make_exporter(self, config: ProfileConfig, name: str) -> Exporter:
+    def make_exporter(self, config: ProfileConfig, name: str, *, isolate_errors: bool = False) -> Exporter:
         """The exporter called ``name`` from the first plugin that has it.
 
-        Raises ``UnknownExporterError`` listing the available names.
+        Raises ``UnknownExporterError`` listing the available names. With
+        ``isolate_errors``, a plugin whose hook raises or returns something
+        other than an ``Exporter`` is skipped (and recorded) and the next one
+        asked.
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"exporter name must be a non-empty str, not {name!r}")
-        for plugin, exporter in self._iter_each("polyprof_make_exporter", {"config": config, "name": name}):
-            try:
-                check_component(exporter, Exporter, plugin)
-            except TypeError as exc:
-                _note(exc, f"returned from polyprof_make_exporter(name={name!r})")
-                raise
-            with self._lock:
-                self._exporters_made.append(exporter)
-            return exporter
+        hook = "polyprof_make_exporter"
+        caller = self.hook.polyprof_make_exporter
+        impls = [i for i in caller.get_hookimpls() if not (i.wrapper or i.hookwrapper)]
+        # One plugin at a time, so that a plugin skipped for a bad answer hands over to the next.
+        for impl in reversed(impls):
+            answers = self._iter_each(
+                hook, {"config": config, "name": name}, isolate_errors=isolate_errors, only=impl
+            )
+            for plugin, exporter in answers:
+                try:
+                    check_component(exporter, Exporter, plugin)
+                except TypeError as exc:
+                    _note(exc, f"returned from polyprof_make_exporter(name={name!r})")
+                    if not isolate_errors:
+                        raise
+                    self._hook_failed(plugin, hook, exc)
+                    continue
+                self._remember_origin(plugin, [exporter])
+                with self._lock:
+                    self._exporters_made.append(exporter)
+                return exporter
         for info in self.plugin_infos():
             if not info.loaded and info.capabilities is not None and name in info.capabilities.exporters:
                 raise UnknownExporterError(
@@ -839,6 +1051,32 @@ class PolyprofPluginManager(pluggy.PluginManager):
         self.close()
 
 
+def _conflict_reason(
+    candidate: EntryPointCandidate,
+    rivals: Sequence[str],
+    selected: set[EntryPointCandidate],
+    *,
+    builtin: bool,
+    source: str,
+) -> str | None:
+    """Why ``candidate`` may not load under its entry-point name, or None when it may."""
+    name = candidate.name
+    if builtin:  # built-ins load first and are never replaced
+        return (
+            f"conflict: entry-point name {name!r} belongs to a plugin polyprof always loads; "
+            "a third-party plugin cannot take it (rename the entry point)"
+        )
+    if not rivals or candidate in selected:
+        return None
+    chosen = sorted(c.distribution or "?" for c in selected if c.name == name)
+    if chosen:
+        return f"conflict: entry-point name {name!r} is also declared by {chosen[0]}, which {source} picks"
+    return (
+        f"conflict: entry-point name {name!r} is also declared by {', '.join(rivals)}; none of them loads "
+        f"unless {ALLOW_LIST_ENV} names one as DIST:NAME (e.g. {_spelled(candidate)})"
+    )
+
+
 def make_plugin_manager(
     *,
     autoload: bool | None = None,
@@ -852,8 +1090,10 @@ def make_plugin_manager(
     :param autoload: load third-party plugins from entry points; None reads
         ``POLYPROF_DISABLE_PLUGIN_AUTOLOAD`` (default: on). Built-ins load either way.
         With autoload off, third-party plugins named in the allow-list still load.
-    :param allow: names (entry-point or distribution) of the third-party plugins
-        to load; None reads ``POLYPROF_PLUGINS`` (default: all). Unknown names warn.
+    :param allow: the third-party plugins to load, each ``NAME`` (entry point),
+        ``DIST`` (distribution) or ``DIST:NAME``; None reads ``POLYPROF_PLUGINS``
+        (unset: all; set but blank: none). Unknown names warn; a bare name that
+        several distributions provide raises ``PluginSelectionError``.
     :param extra_plugins: plugin objects (or ``(name, plugin)`` pairs) registered
         after all others, so their hook implementations are called first.
     :param builtins: register the built-in plugins (tests may turn this off).
@@ -889,12 +1129,10 @@ def make_plugin_manager(
                 )
             pm.load_entry_point(candidate, builtin=True)
 
-    if allowed is not None:
-        known = {c.name for c in candidates} | {
-            canonical_name(c.distribution) for c in third_party if c.distribution
-        }
-        known |= set(BUILTIN_PLUGINS)
-        unknown = sorted(n for n in allowed if n not in known and canonical_name(n) not in known)
+    selected: set[EntryPointCandidate] = set()
+    if allowed:
+        # Resolved before anything third-party is imported: a refused allow-list loads nothing.
+        selected, unknown = resolve_allow_list(allowed, third_party, {*BUILTIN_PLUGINS, *core}, allow_source)
         if unknown:
             installed = sorted({c.name for c in third_party})
             message = (
@@ -903,32 +1141,49 @@ def make_plugin_manager(
             )
             warnings.warn(message, PolyprofWarning, stacklevel=2)
 
-    allowed_dists = {canonical_name(a) for a in allowed or ()}
+    providers: dict[str, list[EntryPointCandidate]] = {}
     for candidate in third_party:
-        named = allowed is not None and (
-            candidate.name in allowed
-            or (
-                candidate.distribution is not None and canonical_name(candidate.distribution) in allowed_dists
-            )
+        providers.setdefault(candidate.name, []).append(candidate)
+    builtin_names = {name: info.distribution or CORE_DISTRIBUTION for name, info in pm._infos.items()}
+    for candidate in third_party:
+        named = candidate in selected
+        if candidate.name in builtin_names:
+            rivals = [builtin_names[candidate.name]]
+        else:
+            others = (c for c in providers[candidate.name] if _dist_key(c) != _dist_key(candidate))
+            rivals = sorted({c.distribution or "?" for c in others})
+        conflict = _conflict_reason(
+            candidate, rivals, selected, builtin=candidate.name in builtin_names, source=allow_source
         )
-        if allowed is not None and not named:
-            reason = f"not in {allow_source} ({', '.join(sorted(allowed)) or 'empty'})"
+        if conflict is not None:
+            log.warning(
+                "plugin_name_conflict",
+                plugin=candidate.name,
+                distribution=candidate.distribution,
+                conflicts_with=rivals,
+            )
+            reason = conflict
+        elif allowed is not None and not named:
+            listed = ", ".join(sorted(allowed))
+            reason = f"not in {allow_source} ({listed})" if listed else f"{allow_source} is empty"
         elif not autoload and not named:
             reason = f"autoload is off ({DISABLE_AUTOLOAD_ENV}=1) and it is not named in {ALLOW_LIST_ENV}"
         else:
             pm.load_entry_point(candidate, builtin=False)
             continue
-        if candidate.name not in pm._infos:
-            pm._record(
-                PluginInfo(
-                    name=candidate.name,
-                    module=candidate.value,
-                    distribution=candidate.distribution,
-                    version=candidate.version,
-                    status="blocked",
-                    reason=reason,
-                )
+        # A blocked rival is listed under its distribution too, so both show in `polyprof plugins`.
+        key = candidate.name if conflict is None else f"{candidate.name} ({candidate.distribution})"
+        pm._record(
+            PluginInfo(
+                name=key,
+                module=candidate.value,
+                distribution=candidate.distribution,
+                version=candidate.version,
+                status="blocked",
+                reason=reason,
+                conflicts_with=tuple(rivals) if conflict is not None else (),
             )
+        )
 
     for item in extra_plugins:
         if isinstance(item, tuple):
@@ -950,8 +1205,11 @@ __all__ = [
     "PLUGIN_STATUSES",
     "TRACE_ENV",
     "EntryPointCandidate",
+    "HookFailure",
     "PluginCallError",
+    "PluginFailureWarning",
     "PluginInfo",
+    "PluginSelectionError",
     "PolyprofPluginManager",
     "UnknownExporterError",
     "canonical_name",
@@ -959,4 +1217,5 @@ __all__ = [
     "env_flag",
     "make_plugin_manager",
     "parse_allow_list",
+    "resolve_allow_list",
 ]

@@ -12,7 +12,7 @@ import os
 import socket
 import sys
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -25,6 +25,7 @@ from polyprof.components import Aggregator, Exporter, Subscriber, Tracer
 from polyprof.config import ProfileConfig
 from polyprof.errors import ActivityUnavailableError, PolyprofError
 from polyprof.events import EventBatch, concat
+from polyprof.registry import HookFailure, PluginFailureWarning
 from polyprof.trace import Trace
 
 log = get_logger(__name__)
@@ -123,6 +124,34 @@ def _unavailable_provider(pm: Any, act: ProfilerActivity) -> str | None:
     return None
 
 
+def _warn_plugin_failures(failures: Iterable[HookFailure]) -> None:
+    """Tell the user, at their line, about each plugin hook that failed and was skipped.
+
+    The registry logged each one (``plugin_hook_failed``, with the traceback).
+    """
+    for failure in failures:
+        warnings.warn(failure.message, PluginFailureWarning, stacklevel=user_stacklevel())
+
+
+def _drop_activities_without_tracers(
+    config: ProfileConfig, tracers: list[Tracer], failures: Iterable[HookFailure]
+) -> ProfileConfig:
+    """Leave out the activities whose plugin failed to make its tracer (the registry let them through)."""
+    covered = frozenset(coerce_activity(a) for t in tracers for a in t.activities) & config.activities
+    lost = config.activities - covered
+    if not lost:
+        return config
+    hook = "polyprof_make_tracers"
+    culprits = "; ".join(f"{f.label} failed in {hook}: {f.error}" for f in failures if f.hook == hook)
+    for activity in sorted(lost):
+        warn_activity_unavailable(activity, culprits)
+    if not covered:
+        raise ActivityUnavailableError(
+            f"No activities left to profile: the plugins of every requested activity failed ({culprits})"
+        )
+    return attrs.evolve(config, activities=covered)
+
+
 def _connect_torch_result_tracers(tracers: list[Tracer]) -> None:
     """Give every tracer that decodes torch's collector result to the tracer that drives the collector."""
     from polyprof.torch_result import TorchCollectorOwner, TorchResultTracer
@@ -178,14 +207,20 @@ class Session:
         requested = None if activities is None else frozenset(coerce_activity(a) for a in activities)
         chosen = resolve_activities(pm, requested)
         config = ProfileConfig(activities=chosen, trace_id=trace_id, **flags)
-        torch_activities = pm.torch_collector_activities(config)
+        # One plugin's broken hook must not cost every profile: it is skipped, logged and warned about.
+        seen = len(pm.hook_failures())
+        torch_activities = pm.torch_collector_activities(config, isolate_errors=True)
         if torch_activities:
             config = attrs.evolve(config, torch_activities=torch_activities)
-        tracers = pm.make_tracers(config)
+        tracers = pm.make_tracers(config, isolate_errors=True)
+        failures = pm.hook_failures()[seen:]
+        seen += len(failures)
+        _warn_plugin_failures(failures)
+        config = _drop_activities_without_tracers(config, tracers, failures)
         _connect_torch_result_tracers(tracers)
         collector = TraceCollector()
-        subscribers = [collector, *pm.make_subscribers(config)]
-        aggregators = pm.make_aggregators(config)
+        subscribers = [collector, *pm.make_subscribers(config, isolate_errors=True)]
+        aggregators = pm.make_aggregators(config, isolate_errors=True)
         session = cls(
             config=config,
             plugin_manager=pm,
@@ -196,7 +231,8 @@ class Session:
             bus=EventBus(),
             owns_plugin_manager=owns_pm,
         )
-        pm.call_each("polyprof_session_start", session=session)
+        pm.call_each("polyprof_session_start", isolate_errors=True, session=session)
+        _warn_plugin_failures(pm.hook_failures()[seen:])
         log.debug(
             "session_created", activities=sorted(a.name for a in chosen), tracers=[t.name for t in tracers]
         )
@@ -238,22 +274,41 @@ class Session:
         self._errors_before = dict(self.bus.statistics().tracer_errors)
 
     def stop(self, *, metadata_json: Mapping[str, str] | None = None, trace_id: str = "") -> Trace:
-        """Stop every tracer, wait for the bus to deliver everything, and assemble the Trace."""
-        errors: list[BaseException] = []
+        """Stop every tracer, wait for the bus to deliver everything, and assemble the Trace.
+
+        A tracer whose ``stop()`` raises costs only its own events: the others'
+        are kept, a ``PluginFailureWarning`` names the tracer's plugin and the
+        error, and the trace's notes say which tracer failed.
+        """
+        notes: list[str] = []
         for tracer in self.tracers:
             try:
                 tracer.stop()
-            except Exception as exc:  # noqa: BLE001 - stop the others; report after
-                log.error("tracer_stop_failed", tracer=tracer.name, exc_info=True)
-                errors.append(exc)
+            except Exception as exc:  # noqa: BLE001 - one plugin's failure must not cost the recording
+                # What it handed over is delivered; nothing later may leak into the next recording.
+                tracer.outbox.close()
+                notes.append(self._tracer_failed(tracer, "stop", exc))
         self._recording = False
         if not self.bus.finish_recording():
             log.error("bus_finish_timed_out", statistics=str(self.bus.statistics()))
         failed = self._tracers_that_failed()
-        trace = self._assemble(metadata_json or {}, trace_id, failed)
-        if errors:
-            raise errors[0]
-        return trace
+        return self._assemble(metadata_json or {}, trace_id, failed, notes)
+
+    def _tracer_failed(self, tracer: Tracer, step: str, exc: Exception) -> str:
+        """Log and warn that ``tracer`` failed in ``step``, naming its plugin; returns the trace note."""
+        plugin = self.plugin_manager.plugin_of(tracer)
+        who = f"tracer {tracer.name!r}"
+        if plugin is not None:
+            who += f" of {self.plugin_manager.describe_plugin(plugin)}"
+        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        log.error(f"tracer_{step}_failed", tracer=tracer.name, plugin=plugin, error=error, exc_info=exc)
+        warnings.warn(
+            f"polyprof: {who} failed in {step}() ({error}); the recording keeps the other tracers' "
+            "events, and its own may be missing or incomplete",
+            PluginFailureWarning,
+            stacklevel=user_stacklevel(),
+        )
+        return f"{who} failed in {step}() ({error}); its events may be missing or incomplete"
 
     def abort(self) -> None:
         """Stop tracers after a failure, discarding what they recorded."""
@@ -279,13 +334,23 @@ class Session:
             )
         return failed
 
-    def _assemble(self, metadata_json: Mapping[str, str], trace_id: str, failed: list[str] = ()) -> Trace:
+    def _assemble(
+        self,
+        metadata_json: Mapping[str, str],
+        trace_id: str,
+        failed: Sequence[str] = (),
+        failure_notes: Sequence[str] = (),
+    ) -> Trace:
         facts: dict[str, Any] = {}
-        notes: list[str] = [f"tracer {name!r} failed; its events are missing" for name in failed]
+        notes = [*failure_notes, *(f"tracer {name!r} failed; its events are missing" for name in failed)]
         device_properties: list[Any] = []
         extra_meta: dict[str, str] = {}
         for tracer in self.tracers:
-            meta = tracer.trace_metadata() or {}
+            try:
+                meta = tracer.trace_metadata() or {}
+            except Exception as exc:  # noqa: BLE001 - the events stand without this tracer's metadata
+                notes.append(self._tracer_failed(tracer, "trace_metadata", exc))
+                continue
             for key in ("start_ns", "end_ns"):
                 if meta.get(key):
                     facts.setdefault(key, []).append(int(meta[key]))
@@ -317,7 +382,9 @@ class Session:
 
     def trace_ready(self, trace: Trace) -> None:
         """Tell plugins a trace is finished; their errors are logged, never raised."""
+        seen = len(self.plugin_manager.hook_failures())
         self.plugin_manager.call_each("polyprof_trace_ready", isolate_errors=True, session=self, trace=trace)
+        _warn_plugin_failures(self.plugin_manager.hook_failures()[seen:])
 
     def toggle_collection(self, enable: bool, activities: frozenset[ProfilerActivity]) -> None:
         """Pause or resume collection of ``activities`` (torch's toggle_collection_dynamic)."""
@@ -337,7 +404,12 @@ class Session:
         """The exporter called ``name`` (built once per session)."""
         exporter = self._exporters.get(name)
         if exporter is None:
-            exporter = self._exporters[name] = self.plugin_manager.make_exporter(self.config, name)
+            pm = self.plugin_manager
+            seen = len(pm.hook_failures())
+            try:
+                exporter = self._exporters[name] = pm.make_exporter(self.config, name, isolate_errors=True)
+            finally:
+                _warn_plugin_failures(pm.hook_failures()[seen:])
         return exporter
 
     def statistics(self) -> Any:
@@ -348,7 +420,9 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        seen = len(self.plugin_manager.hook_failures())
         self.plugin_manager.call_each("polyprof_session_finish", isolate_errors=True, session=self)
+        _warn_plugin_failures(self.plugin_manager.hook_failures()[seen:])
         self.bus.close()
 
     def shutdown(self) -> None:

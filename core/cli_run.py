@@ -555,7 +555,11 @@ def _check_output_options(pm: Any, options: RunOptions) -> tuple[frozenset[Profi
         with_stack=options.with_stack,
         with_flops=options.with_flops,
     )
-    exporter = pm.make_exporter(config, options.format)
+    # A broken third-party exporter is skipped for the next one (the built-in), as in a profile.
+    known = len(pm.hook_failures())
+    exporter = pm.make_exporter(config, options.format, isolate_errors=True)
+    for failure in pm.hook_failures()[known:]:
+        print(f"polyprof run: warning: {failure.message}", file=sys.stderr)
     return activities, exporter
 
 

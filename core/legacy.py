@@ -56,8 +56,15 @@ Deliberate differences from torch 2.13's legacy profiler:
    ``table(sort_by="id")`` lists them first, where torch's id 0 puts them
    last), and device time comes from the device tracer's kernels linked to
    their launching op (kernel rows are listed too, as in ``torch.profiler``).
-7. A flag that is not a bool (an int, a numpy bool or None also pass), such as
-   ``use_xpu="yes"``, raises ``TypeError``.
+7. Flags take what torch's legacy profiler takes: ``enabled``, ``use_cuda``
+   and ``use_xpu``, which torch only tests for truth, take any value as its
+   truth value (a string warns: ``"no"`` is true); the others take bools,
+   numbers, numpy bools and None, and anything else, such as
+   ``record_shapes="yes"``, raises a ``TypeError`` naming the flag when the
+   profile is made (torch raises one without the name, or silently records).
+8. ``__exit__`` on a profile that is not recording (never entered, or
+   already exited) raises ``RuntimeError``, as torch's does, with a message
+   that says which; with ``enabled=False`` it does nothing, as in torch.
 """
 
 from __future__ import annotations
@@ -71,6 +78,7 @@ import numpy as np
 
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
+from polyprof.config import check_plugin_manager, config_flag, truth_flag
 from polyprof.errors import ProfilerDisabledError
 
 log = get_logger(__name__)
@@ -79,13 +87,6 @@ __all__ = ["ProfilerDisabledError", "profile"]
 
 #: torch's name for the synthetic rows of allocations made outside every op.
 MEMORY_EVENT_NAME = "[memory]"
-
-
-def _flag(name: str, value: Any) -> bool:
-    """A boolean argument: a bool, an int, a numpy bool or None (False); anything else is a TypeError."""
-    if value is None or isinstance(value, (bool, int, np.bool_)):
-        return bool(value)
-    raise TypeError(f"{name} must be True or False, got {value!r}")
 
 
 class profile:  # noqa: N801 - torch's name
@@ -116,15 +117,16 @@ class profile:  # noqa: N801 - torch's name
         with_modules: bool = False,
         plugin_manager: Any = None,
     ) -> None:
-        self.enabled = _flag("enabled", enabled)
-        self.use_xpu = _flag("use_xpu", use_xpu)
-        self.use_cuda = _flag("use_cuda", use_cuda)
-        self.with_flops = _flag("with_flops", with_flops)
+        self.enabled = truth_flag("enabled", enabled)
+        self.use_xpu = truth_flag("use_xpu", use_xpu)
+        self.use_cuda = truth_flag("use_cuda", use_cuda)
+        self.with_flops = config_flag("with_flops", with_flops)
         # As in torch's legacy profiler: FLOPs are estimated from the input shapes.
-        self.record_shapes = _flag("record_shapes", record_shapes) or self.with_flops
-        self.profile_memory = _flag("profile_memory", profile_memory)
-        self.with_stack = _flag("with_stack", with_stack)
-        self.with_modules = _flag("with_modules", with_modules)
+        self.record_shapes = config_flag("record_shapes", record_shapes) or self.with_flops
+        self.profile_memory = config_flag("profile_memory", profile_memory)
+        self.with_stack = config_flag("with_stack", with_stack)
+        self.with_modules = config_flag("with_modules", with_modules)
+        check_plugin_manager(plugin_manager)
         self.entered = False
         self._plugin_manager = plugin_manager
         self._session: Any = None
@@ -197,8 +199,15 @@ class profile:  # noqa: N801 - torch's name
         self._recording = True
 
     def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> bool:
-        if not self._recording:
+        if not self.enabled:
             return False
+        if not self._recording:
+            # torch's legacy __exit__ raises here too ("Expected debug info of type PROFILER_STATE").
+            state = "has already exited" if self.entered else "was never entered"
+            raise RuntimeError(
+                f"__exit__ called on a polyprof.legacy.profile that is not recording: it {state}; use it "
+                "as `with polyprof.legacy.profile(...) as prof:`"
+            )
         from polyprof.profiler import _leave_active
 
         self._recording = False

@@ -11,8 +11,12 @@ the installed torch drives it.
 
 Differences from torch, on purpose: starting a profile while another is
 running raises a clear RuntimeError (torch silently empties the outer one);
-bad arguments raise errors that list the valid choices (of torch's exception
-types), when the profile is made; ``post_processing_timeout_s`` drops no events.
+bad arguments raise errors that name the argument and list the valid choices
+(of torch's exception types), when the profile is made, while values torch
+takes (a truthy int for a flag, any value for ``acc_events``) still pass,
+see ``polyprof.config``; ``post_processing_timeout_s`` drops no events; an
+exporter plugin that does not finish within its deadline raises
+``ExportTimeoutError`` naming it (``polyprof.exporting``).
 """
 
 from __future__ import annotations
@@ -32,7 +36,16 @@ from typing import Any
 import attrs
 from polyprof._log import get_logger
 from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES, ProfilerActivity, coerce_activity
-from polyprof.config import ProfileConfig
+from polyprof.config import (
+    ProfileConfig,
+    check_callable,
+    check_execution_trace_observer,
+    check_experimental_config,
+    check_plugin_manager,
+    check_timeout,
+    config_flag,
+    truth_flag,
+)
 from polyprof.errors import PolyprofError, PolyprofWarning
 from polyprof.record import record_function
 from polyprof.schedule import ProfilerAction, coerce_action, default_schedule
@@ -86,6 +99,14 @@ class UnknownActivityTypeError(PolyprofError, ValueError, RuntimeError):
     """An activity filter names an activity type torch does not know for that activity.
 
     Also a RuntimeError, the type torch's ``_prepare_profiler`` raises for it.
+    """
+
+
+class ProfilerNotStartedError(PolyprofError, RuntimeError, AssertionError):
+    """``stop()`` (or ``__exit__``) on a profile that was never started.
+
+    Also an AssertionError, the type torch raises here ("Profiler must be
+    initialized before stopping trace").
     """
 
 
@@ -210,6 +231,14 @@ def parse_activities(
     rules = activity_rules()
     if activities is None:
         return None, {}
+    if isinstance(activities, (str, bytes)):
+        # torch iterates a string letter by letter: a TypeError where it parses items first, else
+        # "no activity found" (AssertionError).
+        error = TypeError if rules.dict_items and not rules.scan_first else NoActivitiesError
+        raise error(
+            f"activities must be a list of {_VALID_ITEMS}, not the string {activities!r} (read letter by "
+            "letter, it names no activity); e.g. activities=[ProfilerActivity.CPU]"
+        )
     if isinstance(activities, Mapping):
         # torch iterates a dict given as ``activities``: its keys, with the values unused.
         activities = list(activities)
@@ -348,25 +377,42 @@ class profile:  # noqa: N801 - torch's name
             warnings.warn(
                 "`use_cuda` is deprecated, use `activities` argument instead", FutureWarning, stacklevel=2
             )
+            use_cuda = truth_flag("use_cuda", use_cuda)
         # As in torch (2.6 to 2.13), use_cuda only counts towards "no activity left": the
         # activities recorded are the ones given (or the default set).
         acts, filters = parse_activities(activities, use_cuda=use_cuda)
-        if schedule is not None and not callable(schedule):
-            raise TypeError(f"schedule must be callable (use polyprof.schedule(...)), got {schedule!r}")
-        if on_trace_ready is not None and not callable(on_trace_ready):
-            raise TypeError(f"on_trace_ready must be callable, got {on_trace_ready!r}")
-        if post_processing_timeout_s is not None and post_processing_timeout_s < 0:
-            raise ValueError(f"post_processing_timeout_s must be non-negative, got {post_processing_timeout_s}")
+        check_callable(
+            "schedule",
+            schedule,
+            takes="the step number and returns a ProfilerAction (polyprof.schedule(...))",
+            arguments=1,
+        )
+        check_callable(
+            "on_trace_ready",
+            on_trace_ready,
+            takes="the profile (e.g. tensorboard_trace_handler)",
+            arguments=1,
+        )
+        check_callable(
+            "custom_trace_id_callback",
+            custom_trace_id_callback,
+            takes="no arguments and returns a str",
+            arguments=0,
+        )
+        check_experimental_config(experimental_config)
+        check_execution_trace_observer(execution_trace_observer)
+        check_timeout("post_processing_timeout_s", post_processing_timeout_s)
+        check_plugin_manager(plugin_manager)
         self.activities_requested = acts
         self.activity_filters = filters
-        self.record_shapes = record_shapes
-        self.profile_memory = profile_memory
-        self.with_stack = with_stack
-        self.with_flops = with_flops
-        self.with_modules = with_modules
+        self.record_shapes = config_flag("record_shapes", record_shapes)
+        self.profile_memory = config_flag("profile_memory", profile_memory)
+        self.with_stack = config_flag("with_stack", with_stack)
+        self.with_flops = config_flag("with_flops", with_flops)
+        self.with_modules = config_flag("with_modules", with_modules)
         self.experimental_config = experimental_config
         self.execution_trace_observer = execution_trace_observer
-        self.acc_events = acc_events
+        self.acc_events = truth_flag("acc_events", acc_events)
         self.custom_trace_id_callback = custom_trace_id_callback
         #: Checked, then a deliberate difference (docs/user-guide.md): torch cuts its Python
         #: post-processing at this deadline and returns partial events; polyprof's is columnar and
@@ -382,6 +428,8 @@ class profile:  # noqa: N801 - torch's name
         self._plugin_manager = plugin_manager
         self._session: Any = None
         self._prepared = False
+        #: torch's ``self.profiler is not None``: a cycle was prepared at least once.
+        self._initialized = False
         self._recording = False
         self._trace_id: str | None = None
         self._cycle_metadata: dict[str, str] = {}
@@ -470,6 +518,7 @@ class profile:  # noqa: N801 - torch's name
         self._trace_id = self._make_trace_id()
         session.prepare(trace_id=self._trace_id)
         self._prepared = True
+        self._initialized = True
 
     def start_trace(self) -> None:
         if self.execution_trace_observer is not None:
@@ -490,6 +539,13 @@ class profile:  # noqa: N801 - torch's name
     def stop_trace(self) -> None:
         if self.execution_trace_observer is not None:
             self.execution_trace_observer.stop()
+        if not self._initialized:
+            # torch's rule: stopping a profile that never started is an error, and on_trace_ready
+            # (which comes after this) must not be handed a profile without data.
+            raise ProfilerNotStartedError(
+                "Profiler must be initialized before stopping trace: stop() was called on a profile that "
+                "was never started; call start() first (or use `with polyprof.profile(...) as prof:`)"
+            )
         if not self._recording:
             return
         self._recording = False
@@ -557,6 +613,7 @@ class profile:  # noqa: N801 - torch's name
 
     def set_custom_trace_id_callback(self, callback: Callable[[], str]) -> None:
         """Set the trace id generator, called at the start of each cycle."""
+        check_callable("callback", callback, takes="no arguments and returns a str", arguments=0)
         self.custom_trace_id_callback = callback
 
     def get_trace_id(self) -> str | None:
@@ -664,14 +721,21 @@ class profile:  # noqa: N801 - torch's name
         return self._export("stacks", results.merged_trace(), os.fspath(path), metric=metric)
 
     def export(self, path: str | os.PathLike[str], format: str = "chrome", **options: Any) -> str:  # noqa: A002
-        """Write the last cycle's trace with any installed exporter, chosen by name."""
+        """Write the last cycle's trace with any installed exporter, chosen by name.
+
+        :raises polyprof.exporting.ExportTimeoutError: the exporter did not finish within its
+            deadline (``POLYPROF_EXPORT_TIMEOUT_S``); no unfinished file is left at ``path``.
+        """
         results = self._require_results()
         return self._export(format, results.traces[-1], os.fspath(path), **options)
 
     def _export(self, name: str, trace: Any, path: str, **options: Any) -> str:
+        from polyprof.exporting import export_trace
+
         session = self._ensure_session()
         exporter = session.exporter(name)
-        return exporter.export(trace, path, **options)
+        # Bounded: a hanging exporter plugin raises ExportTimeoutError naming it instead of hanging here.
+        return export_trace(exporter, trace, path, plugin_manager=session.plugin_manager, **options)
 
     def add_metadata(self, key: str, value: str) -> None:
         """Add a string value to the trace's top-level metadata."""

@@ -342,7 +342,8 @@ class AutogradProfile(_polyprof_profile):
         return super().__enter__()
 
     def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
-        if self.enabled:
+        # torch's autograd profile leaves an __exit__ without __enter__ alone (polyprof.profile raises).
+        if self.enabled and self.entered:
             super().__exit__(exc_type, exc_val, exc_tb)
 
     def _require_results(self) -> Any:

@@ -68,6 +68,7 @@ import attrs
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity, coerce_activity
 from polyprof.errors import PolyprofError
+from polyprof.exporting import export_timeout_s, export_trace
 from polyprof.profiler import ACC_EVENTS_WARNING
 
 log = get_logger(__name__)
@@ -486,7 +487,8 @@ class WholeScriptProfile:
         )
         worker = f"{self.target.file_stem}.{socket.gethostname()}_{os.getpid()}"
         path = os.path.join(self.output_dir, f"{worker}.{time.time_ns()}{suffix}")
-        written = self.exporter.export(prof.trace, path)
+        # bounded like a profile's own export: a hung exporter must not hang the whole run
+        written = export_trace(self.exporter, prof.trace, path)
         if os.path.dirname(written) == self.output_dir:
             return os.path.join(self.options.output_dir, os.path.basename(written))
         return written
@@ -555,6 +557,7 @@ def _check_output_options(pm: Any, options: RunOptions) -> tuple[frozenset[Profi
         with_stack=options.with_stack,
         with_flops=options.with_flops,
     )
+    export_timeout_s()  # a bad POLYPROF_EXPORT_TIMEOUT_S fails now, not after the script
     # A broken third-party exporter is skipped for the next one (the built-in), as in a profile.
     known = len(pm.hook_failures())
     exporter = pm.make_exporter(config, options.format, isolate_errors=True)
@@ -596,6 +599,9 @@ def run_command(args: argparse.Namespace) -> int:
                 else:
                     where = "argument --activities: " if options.activities is not None else ""
                 stream.write(f"{_PREFIX}: error: {where}{exc}\n")
+                return EXIT_USAGE
+            except ValueError as exc:  # POLYPROF_EXPORT_TIMEOUT_S is not a number of seconds
+                stream.write(f"{_PREFIX}: error: {exc}\n")
                 return EXIT_USAGE
             # Before the script runs: a run of hours must not end in a directory that cannot take its trace.
             try:

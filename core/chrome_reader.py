@@ -2,7 +2,9 @@
 
 ``load_chrome_trace(path)`` returns the parsed document of a ``.json`` or
 ``.json.gz`` file and fails with a one-line ``TraceFileError`` naming the path
-and what is wrong with it. ``trace_from_chrome(doc)`` rebuilds a ``Trace`` from
+and what is wrong with it. Files come from anywhere, so it reads only regular
+files, at most ``POLYPROF_REPORT_MAX_BYTES`` of JSON (gzip decompressed as a
+stream, with a check for gzip bombs), and JSON nested as deep as orjson allows. ``trace_from_chrome(doc)`` rebuilds a ``Trace`` from
 the document's complete (``X``) and instant (``i``) events, the reverse of the
 "chrome" exporter, so ``polyprof report`` can summarise a saved trace. Counter
 events (``C``) come back as ``EventKind.COUNTER`` rows, one per series, kept
@@ -16,14 +18,17 @@ integer nanoseconds is done without rounding error (see ``us_to_ns``).
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import re
+import stat
+import sys
 import zlib
 from collections import Counter
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -39,7 +44,16 @@ log = get_logger(__name__)
 
 SOURCE = "chrome_trace"
 
-__all__ = ["TraceFileError", "load_chrome_trace", "read_chrome_trace", "trace_from_chrome", "us_to_ns"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "MAX_BYTES_ENV",
+    "TraceFileError",
+    "load_chrome_trace",
+    "max_bytes_from_env",
+    "read_chrome_trace",
+    "trace_from_chrome",
+    "us_to_ns",
+]
 
 
 class TraceFileError(PolyprofError, ValueError):
@@ -54,43 +68,162 @@ class TraceFileError(PolyprofError, ValueError):
 # ------------------------------------------------------------------ loading
 
 _GZIP_MAGIC = b"\x1f\x8b"
+#: Environment variable that sets how many bytes a trace may hold (plain, or once decompressed).
+MAX_BYTES_ENV = "POLYPROF_REPORT_MAX_BYTES"
+#: Default of ``MAX_BYTES_ENV``: real traces reach 1-2 GiB of JSON; parsing takes several times that.
+DEFAULT_MAX_BYTES = 4 * 2**30
+#: Traces compress 7-30x (Kineto's and polyprof's, with stacks); a gzip bomb some 1000x. Past
+#: ``_RATIO_FLOOR`` bytes of output, more than this many bytes per compressed byte is refused.
+_MAX_GZIP_RATIO = 200
+_RATIO_FLOOR = 64 * 2**20
+_CHUNK = 16 * 2**20
+#: orjson's nesting limit; a Chrome trace nests a handful of levels.
+_MAX_JSON_DEPTH = 1024
+_NOT_REGULAR = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
-def _read_bytes(path: str) -> bytes:
-    if os.path.isdir(path):
-        raise TraceFileError(path, "is a directory, not a trace file")
+def max_bytes_from_env() -> int:
+    """The byte limit ``MAX_BYTES_ENV`` sets, else ``DEFAULT_MAX_BYTES``.
+
+    :raises ValueError: the variable is set but is not a whole number of bytes above 0.
+    """
+    text = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_BYTES
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(
+            f"{MAX_BYTES_ENV} must be a whole number of bytes above 0 (default {DEFAULT_MAX_BYTES}); "
+            f"got {text!r}"
+        )
+    return value
+
+
+def _size_text(nbytes: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    raise AssertionError("unreachable")
+
+
+def _too_big(what: str, limit: int) -> str:
+    return (
+        f"{what} more than the {_size_text(limit)} polyprof reads ({MAX_BYTES_ENV}={limit}); "
+        f"set {MAX_BYTES_ENV} to a larger number of bytes to read it"
+    )
+
+
+def _file_kind(mode: int) -> str | None:
+    """What a file that is not a regular file is, e.g. ``"a character device"``; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return next((kind for is_kind, kind in _NOT_REGULAR if is_kind(mode)), "not a regular file")
+
+
+def _not_regular(path: str, kind: str) -> TraceFileError:
+    if kind == "a directory":
+        return TraceFileError(path, "is a directory, not a trace file")
+    return TraceFileError(path, f"is {kind}, not a regular file; save the trace to a file and read that")
+
+
+def _read_bytes(path: str, limit: int) -> tuple[bytearray, bool]:
+    """The file's bytes (gzip data decompressed) and whether they were compressed.
+
+    Refuses what is not a regular file and more than ``limit`` bytes. Reads in
+    chunks, so neither a file that grows nor a gzip bomb takes more than about
+    ``limit`` bytes of memory; the compressed bytes are never held whole.
+    """
+    try:
+        # Checked before opening: opening a FIFO for reading waits for a writer.
+        kind = _file_kind(os.stat(path).st_mode)
+        if kind is not None:
+            raise _not_regular(path, kind)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        with open(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            kind = _file_kind(info.st_mode)  # replaced since the check
+            if kind is not None:
+                raise _not_regular(path, kind)
+            if info.st_size > limit:
+                raise TraceFileError(path, _too_big(f"the file is {_size_text(info.st_size)},", limit))
+            if f.read(2) == _GZIP_MAGIC:
+                f.seek(0)
+                return _gunzip(path, f, max(info.st_size, 1), limit), True
+            f.seek(0)
+            return _read_capped(path, f, limit, "the file holds"), False
     except FileNotFoundError:
         raise TraceFileError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceFileError(path, "is a directory, not a trace file") from None
     except PermissionError:
         raise TraceFileError(path, "permission denied") from None
     except OSError as exc:
         raise TraceFileError(path, f"cannot read the file ({exc.strerror or exc})") from None
 
 
-def _gunzip(path: str, data: bytes) -> bytes:
+def _read_capped(path: str, stream: Any, limit: int, what: str, compressed_size: int = 0) -> bytearray:
+    data = bytearray()
+    while chunk := stream.read(_CHUNK):
+        data += chunk
+        if len(data) > limit:
+            raise TraceFileError(path, _too_big(what, limit))
+        if compressed_size and len(data) > max(_RATIO_FLOOR, _MAX_GZIP_RATIO * compressed_size):
+            raise TraceFileError(
+                path,
+                f"the {_size_text(compressed_size)} of gzip data decompress to more than "
+                f"{_MAX_GZIP_RATIO} times their size, which no trace does (a gzip bomb?); "
+                "to read it anyway, decompress it yourself and pass the .json file",
+            )
+    return data
+
+
+def _gunzip(path: str, raw: Any, compressed_size: int, limit: int) -> bytearray:
     try:
-        return gzip.decompress(data)
+        with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+            return _read_capped(path, unzipped, limit, "the gzip data decompress to", compressed_size)
     except EOFError:
         raise TraceFileError(
             path, "truncated gzip data: the file ends before its compressed stream does"
         ) from None
-    except (OSError, zlib.error) as exc:
+    except (gzip.BadGzipFile, zlib.error) as exc:
         raise TraceFileError(path, f"corrupt gzip data ({exc})") from None
 
 
-def _parse_json(path: str, data: bytes) -> Any:
+def _shortened(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, ending in "..." when cut (file content in messages)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _depth_error(path: str, detail: str) -> TraceFileError:
+    return TraceFileError(path, f"JSON nested too deeply ({detail}); a Chrome trace nests a few levels")
+
+
+def _parse_json(path: str, data: bytes | bytearray) -> Any:
     try:
         return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in exc.msg:  # the stdlib parser would recurse until it fails
+            raise _depth_error(
+                path, f"more than {_MAX_JSON_DEPTH} levels at line {exc.lineno}, column {exc.colno}"
+            ) from None
     # orjson refuses what the stdlib parser accepts (integers beyond 64 bits,
     # NaN) and its messages are terse: ask the stdlib for a verdict and position.
     text = data.decode("utf-8", errors="replace")
     try:
         return json.loads(text)
+    except RecursionError:
+        raise _depth_error(path, "past Python's recursion limit") from None
     except json.JSONDecodeError as exc:
         if exc.pos >= len(text.rstrip()):
             raise TraceFileError(
@@ -101,23 +234,24 @@ def _parse_json(path: str, data: bytes) -> Any:
         ) from None
 
 
-def load_chrome_trace(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_chrome_trace(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> dict[str, Any]:
     """Parse a Chrome trace file (``.json`` or gzip-compressed ``.json.gz``).
 
     Returns the top-level object; a file holding a bare array of events (the
     other Chrome trace form) comes back as ``{"traceEvents": [...]}``. Raises
-    ``TraceFileError`` for a missing file, a directory, an empty, truncated or
-    corrupt file, invalid JSON, or JSON that is not a trace.
+    ``TraceFileError`` for a missing file, a directory or other file that is
+    not a regular one (a device, a FIFO), an empty, truncated or corrupt file,
+    more than ``max_bytes`` of JSON (default: ``max_bytes_from_env()``), gzip
+    data that inflates like a gzip bomb, invalid or absurdly nested JSON, or
+    JSON that is not a trace.
     """
     path = os.fspath(path)
-    data = _read_bytes(path)
-    if not data.strip():
-        raise TraceFileError(path, "the file is empty")
-    if data[:2] == _GZIP_MAGIC:
-        data = _gunzip(path, data)
-        if not data.strip():
-            raise TraceFileError(path, "the compressed file holds no data")
+    limit = max_bytes_from_env() if max_bytes is None else max_bytes
+    data, compressed = _read_bytes(path, limit)
+    if not data or data.isspace():  # isspace: no copy, unlike strip()
+        raise TraceFileError(path, "the compressed file holds no data" if compressed else "the file is empty")
     doc = _parse_json(path, data)
+    del data  # the parsed document takes several times its size
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict):
@@ -127,7 +261,7 @@ def load_chrome_trace(path: str | os.PathLike[str]) -> dict[str, Any]:
             '"traceEvents" or an array of events',
         )
     if "traceEvents" not in doc:
-        keys = ", ".join(sorted(map(str, doc))[:8]) or "none"
+        keys = ", ".join(_shortened(key, 40) for key in sorted(map(str, doc))[:8]) or "none"
         raise TraceFileError(path, f'not a Chrome trace: no "traceEvents" key (top-level keys: {keys})')
     if not isinstance(doc["traceEvents"], list):
         raise TraceFileError(
@@ -136,9 +270,13 @@ def load_chrome_trace(path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
-def read_chrome_trace(path: str | os.PathLike[str]) -> Trace:
-    """``trace_from_chrome(load_chrome_trace(path))``."""
-    return trace_from_chrome(load_chrome_trace(path))
+def read_chrome_trace(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Trace:
+    """``trace_from_chrome(load_chrome_trace(path, max_bytes=max_bytes))``."""
+    doc = load_chrome_trace(path, max_bytes=max_bytes)
+    try:
+        return trace_from_chrome(doc)
+    except RecursionError:  # an args value or name nested deeper than Python follows
+        raise _depth_error(os.fspath(path), "a value past Python's recursion limit") from None
 
 
 # -------------------------------------------------------------- conversion
@@ -255,12 +393,17 @@ def _int(value: Any, default: int = 0) -> int:
     return number if _INT64_MIN <= number <= _INT64_MAX else default
 
 
+def _is_shape_list(value: Any) -> bool:
+    """Whether ``Input Dims`` is what torch writes: a non-empty list with a list per input."""
+    return type(value) is list and bool(value) and all(type(dims) is list for dims in value)
+
+
 def _as_tuple(value: Any) -> Any:
     """Parsed ``Input Dims`` as hashable nested tuples (interned shapes)."""
     if isinstance(value, list):
         return tuple(_as_tuple(v) for v in value)
     if isinstance(value, dict):  # not a shape; keep it hashable
-        return orjson.dumps(value, default=str).decode()
+        return _json_text(value)
     return value
 
 
@@ -330,34 +473,72 @@ def _flow_index(events: list[Any]) -> dict[tuple[Any, Any, Any], tuple[int, int,
         ph = ev.get("ph")
         if ph not in ("s", "f"):
             continue
-        flow_type = _FLOW_TYPES.get(ev.get("cat"))
-        if flow_type is None:
-            continue
-        flows[(ev.get("pid"), ev.get("tid"), ev.get("ts"))] = (_int(ev.get("id")), flow_type, ph == "s")
+        category, key = ev.get("cat"), _flow_key(ev)
+        flow_type = _FLOW_TYPES.get(category) if isinstance(category, str) else None
+        if flow_type is not None and key is not None:
+            flows[key] = (_int(ev.get("id")), flow_type, ph == "s")
     return flows
+
+
+def _flow_key(ev: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+    """The (pid, tid, ts) that ties a flow to its slice; None when one of them is a list or object."""
+    key = (ev.get("pid"), ev.get("tid"), ev.get("ts"))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _ints(values: list[Any], default: int) -> np.ndarray:
     """An int64 column from parsed JSON values; odd ones (null, text, floats) one by one."""
     try:
-        return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        return np.array([_int(v, default) for v in values], dtype=np.int64)
+        column = np.array(values)  # not dtype=int64: that truncates floats and parses text
+    except (ValueError, OverflowError):  # lists of different lengths
+        column = None
+    if column is None or column.dtype.kind != "i" or column.shape != (len(values),):
+        column = np.array([_int(v, default) for v in values], dtype=np.int64)
+    return column.astype(np.int64, copy=False)
 
 
-def _select_events(
-    raw_events: list[Any],
-) -> tuple[list[dict[str, Any]], list[int], list[int], Counter[str], Any, Any, list[dict[str, Any]]]:
-    """The X/i events of known categories, their kinds and device types.
+class _Selection(NamedTuple):
+    """What ``_select_events`` finds in the ``traceEvents`` list."""
 
-    Also returns the skipped categories, the profiler span ``(ts, dur)``, the
-    ``Record Window End`` time and the counter (``C``) events.
-    """
+    #: The X/i events of known categories whose ts (and dur, if any) are numbers.
+    events: list[dict[str, Any]]
+    kinds: list[int]
+    devices: list[int]
+    #: Events left out, by category (or "non-object entries").
+    skipped: Counter[str]
+    #: Events of known categories left out for an unusable value, by what is wrong.
+    bad_values: Counter[str]
+    #: The profiler span ``(ts, dur)``, None when absent.
+    span: Any
+    #: The ``Record Window End`` time, None when absent.
+    window_end: Any
+    #: The counter (``C``) events.
+    counters: list[dict[str, Any]]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, _NUMBER) and not isinstance(value, bool)
+
+
+def _category_label(category: Any) -> str:
+    """An unknown category as the note names it: short, and never a whole container's text."""
+    if isinstance(category, (str, int, float)):
+        return _shortened(str(category), 40)
+    return f"non-text category ({type(category).__name__})"
+
+
+def _select_events(raw_events: list[Any]) -> _Selection:
+    """The X/i events of known categories with numeric times, their kinds and device types."""
     selected: list[dict[str, Any]] = []
     counters: list[dict[str, Any]] = []
     kinds: list[int] = []
     devices: list[int] = []
     skipped: Counter[str] = Counter()
+    bad_values: Counter[str] = Counter()
     span: Any = None
     window_end: Any = None
     by_category: dict[Any, tuple[EventKind, DeviceType] | None] = {}
@@ -379,9 +560,6 @@ def _select_events(
         if category == "Trace":
             span = (ev.get("ts"), ev.get("dur"))
             continue
-        if not isinstance(ev.get("ts"), _NUMBER):
-            skipped["events without a numeric ts"] += 1
-            continue
         try:
             kind_device = by_category[category]
         except KeyError:
@@ -389,44 +567,140 @@ def _select_events(
         except TypeError:  # an unhashable "cat"
             kind_device = None
         if kind_device is None:
-            skipped[str(category)] += 1
+            skipped[_category_label(category)] += 1
             continue
-        if kind_device[0] == EventKind.MEMORY and ev.get("name") == _OOM_NAME:
-            kind_device = oom
+        ts, dur = ev.get("ts"), ev.get("dur", 0.0)  # no dur: an instant
+        if type(ts) is not float and not _is_number(ts):  # type(): the common case without a call
+            bad_values[_NON_NUMERIC_TS] += 1
+            continue
+        if type(dur) is not float and not _is_number(dur):
+            bad_values[_NON_NUMERIC_DUR] += 1
+            continue
+        if kind_device[0] == EventKind.MEMORY:
+            if ev.get("name") == _OOM_NAME:
+                kind_device = oom
+            args = ev.get("args")
+            if type(args) is dict and _int(args.get("Device Type"), 0) not in _DEVICE_TYPE_VALUES:
+                bad_values[_UNKNOWN_DEVICE_TYPE] += 1  # torch's MPS, XLA, ...: no polyprof DeviceType
+                continue
         selected.append(ev)
         kinds.append(int(kind_device[0]))
         devices.append(int(kind_device[1]))
-    return selected, kinds, devices, skipped, span, window_end, counters
+    return _Selection(selected, kinds, devices, skipped, bad_values, span, window_end, counters)
+
+
+#: Why an event's times cannot be used, as the note says it; ``_time_problems`` gives the index.
+_TIME_PROBLEMS = (
+    "",
+    "a NaN ts or dur",
+    "an infinite ts or dur",
+    "a negative dur",
+    "a ts or dur beyond the int64 nanosecond range",
+)
+_NAN, _INFINITE, _NEGATIVE, _BEYOND = 1, 2, 3, 4
+_NON_NUMERIC_TS = "a ts that is not a number"
+_NON_NUMERIC_DUR = "a dur that is not a number"
+_UNKNOWN_DEVICE_TYPE = "a memory Device Type polyprof does not know"
+_DEVICE_TYPE_VALUES = frozenset(int(device) for device in DeviceType)
+#: Largest absolute ns time or duration kept: inside int64 (2**63 ~ 9.223e18) with room for the
+#: rounding of doubles and the sums later steps make (start + dur + slack).
+_MAX_ABS_NS = 9.2e18
+
+
+def _float_column(values: list[Any]) -> np.ndarray:
+    """Parsed JSON numbers (int, float, Decimal) as float64; integers past the double range as +-max."""
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (OverflowError, ValueError, TypeError):
+        return np.array([_float(v) for v in values], dtype=np.float64)
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer of 309+ digits (the stdlib parser reads those): finite, but
+        return sys.float_info.max if value > 0 else -sys.float_info.max  # beyond any time, not "infinite"
+    except (ValueError, TypeError):  # Decimal("sNaN")
+        return float("nan")
+
+
+def _time_problems(ts_us: np.ndarray, dur_us: np.ndarray, base_ns: int) -> np.ndarray:
+    """Per event, the index into ``_TIME_PROBLEMS`` of what makes its ``ts``/``dur`` unusable; 0: none.
+
+    Unchecked, NaN and out-of-range doubles become arbitrary int64 nanoseconds and a
+    negative duration a wrong self time, all without a word.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        ts_ns, dur_ns = ts_us * 1e3, dur_us * 1e3
+        start = ts_ns + float(base_ns)
+        in_range = (
+            (np.abs(ts_ns) <= _MAX_ABS_NS)
+            & (np.abs(dur_ns) <= _MAX_ABS_NS)
+            & (np.abs(start) <= _MAX_ABS_NS)
+            & (np.abs(start + dur_ns) <= _MAX_ABS_NS)
+        )
+        problem = np.where(in_range, 0, _BEYOND).astype(np.int8)
+        problem[dur_us < 0] = _NEGATIVE
+        problem[np.isinf(ts_us) | np.isinf(dur_us)] = _INFINITE
+        problem[np.isnan(ts_us) | np.isnan(dur_us)] = _NAN
+    return problem
+
+
+def _count_problems(problem: np.ndarray, into: Counter[str]) -> np.ndarray:
+    """Add the problems' counts to ``into``; returns the mask of events without one."""
+    for code, count in enumerate(np.bincount(problem, minlength=len(_TIME_PROBLEMS)).tolist()):
+        if code and count:
+            into[_TIME_PROBLEMS[code]] += count
+    return problem == 0
+
+
+def _usable_time(ts: Any, dur: Any, base_ns: int) -> bool:
+    """Whether one ``ts`` (and ``dur``; None: no duration) is a number usable as a time."""
+    if not _is_number(ts) or not (dur is None or _is_number(dur)):
+        return False
+    ts_us = _float_column([ts])
+    dur_us = _float_column([0 if dur is None else dur])
+    return not _time_problems(ts_us, dur_us, base_ns)[0]
 
 
 def _counter_rows(
-    counters: list[dict[str, Any]], base_ns: int, lanes: Mapping[int, int]
+    counters: list[dict[str, Any]], base_ns: int, lanes: Mapping[int, int], bad_values: Counter[str]
 ) -> EventBatch | None:
     """One ``COUNTER`` row per numeric series of each counter event; None when there are none.
 
     A counter in a device's process (named "CUDA 0", "GPU 1", ...) gets that
     device's type and index; others stay on the CPU. Series whose value is not
-    a number (Perfetto skips those too) are left out.
+    a number (Perfetto skips those too) are left out; counter events whose
+    ``ts`` is not a usable time are counted in ``bad_values`` and left out.
     """
+    timed: list[dict[str, Any]] = []
+    for ev in counters:
+        if type(ev.get("args")) is dict:
+            if _is_number(ev.get("ts")):
+                timed.append(ev)
+            else:
+                bad_values[_NON_NUMERIC_TS] += 1
+    if timed:
+        ts_us = _float_column([ev["ts"] for ev in timed])
+        usable = _count_problems(_time_problems(ts_us, np.zeros(len(timed)), base_ns), bad_values)
+        timed = list(itertools.compress(timed, usable.tolist()))
     names: list[str] = []
     series: list[str] = []
     values: list[float] = []
     ts: list[Any] = []
     pids: list[int] = []
     tids: list[int] = []
-    for ev in counters:
-        args, when = ev.get("args"), ev.get("ts")
-        if type(args) is not dict or not isinstance(when, _NUMBER):
-            continue
+    for ev in timed:
+        args, when = ev["args"], ev["ts"]
         name = ev.get("name")
         name = name if isinstance(name, str) else ("" if name is None else str(name))
         pid, tid = _int(ev.get("pid"), 0), _int(ev.get("tid"), 0)
         for key, value in args.items():
-            if isinstance(value, bool) or not isinstance(value, _NUMBER):
+            if not _is_number(value):
                 continue
             names.append(name)
             series.append(str(key))
-            values.append(float(value))
+            values.append(_float(value))
             ts.append(when)
             pids.append(pid)
             tids.append(tid)
@@ -459,13 +733,28 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
     ``Input Dims``, ``Sequence number``, ``Fwd thread id``, memory fields,
     Python ids and the rest of ``args`` kept). Metadata, flows, spans and events
     of unknown categories are not events; how many were skipped is in ``notes``.
+    So are events whose values cannot be used: a ``ts`` or ``dur`` that is not a
+    number, NaN, infinite, a negative ``dur``, times beyond int64 nanoseconds, and
+    memory events of a device type polyprof does not know. They are left out, so
+    that the totals of the rest stay right, and counted by kind in a note.
     Columns are built one list comprehension per field, not one dict per event.
     """
     raw_events = doc.get("traceEvents")
     if not isinstance(raw_events, list):
         raise ValueError('not a Chrome trace: "traceEvents" is missing or not a list')
     base_ns = _int(doc.get("baseTimeNanoseconds"), 0)
-    events, kind_list, device_list, skipped, span, window_end, counters = _select_events(raw_events)
+    selection = _select_events(raw_events)
+    events, kind_list, device_list = selection.events, selection.kinds, selection.devices
+    bad_values = selection.bad_values
+    ts_us = _float_column([ev["ts"] for ev in events])
+    dur_us = _float_column([ev.get("dur", 0) for ev in events])
+    usable = _count_problems(_time_problems(ts_us, dur_us, base_ns), bad_values)
+    if not usable.all():
+        kept = usable.tolist()
+        events = list(itertools.compress(events, kept))
+        kind_list = list(itertools.compress(kind_list, kept))
+        device_list = list(itertools.compress(device_list, kept))
+        ts_us, dur_us = ts_us[usable], dur_us[usable]
     n = len(events)
     kind = np.asarray(kind_list, dtype=np.int64)
     device_type = np.asarray(device_list, dtype=np.int64)
@@ -529,7 +818,7 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
     if overloads is not None:
         columns["overload"], tables["overload"] = _intern(overloads)
     columns["shapes"], tables["shapes"] = _intern(
-        [_as_tuple(d) if type(d := a.get("Input Dims")) is list and d else None for a in args]
+        [_as_tuple(d) if _is_shape_list(d := a.get("Input Dims")) else None for a in args]
     )
     columns["stack"], tables["stack"] = _intern(
         [
@@ -541,17 +830,16 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
 
     flows = _flow_index(raw_events)
     if flows:
-        found = [flows.get((ev.get("pid"), ev.get("tid"), ev.get("ts"))) for ev in events]
+        try:
+            found = [flows.get((ev.get("pid"), ev.get("tid"), ev.get("ts"))) for ev in events]
+        except TypeError:  # a pid or tid that is a list or object: rare, so not on the fast path
+            found = [None if (key := _flow_key(ev)) is None else flows.get(key) for ev in events]
         columns["flow_id"] = [f[0] if f else 0 for f in found]
         columns["flow_type"] = [f[1] if f else 0 for f in found]
         columns["flow_start"] = [f[2] if f else False for f in found]
 
-    start_ns = us_to_ns([ev["ts"] for ev in events]) + base_ns if n else np.zeros(0, dtype=np.int64)
-    dur_ns = (
-        np.maximum(us_to_ns([d if isinstance(d := ev.get("dur", 0), _NUMBER) else 0 for ev in events]), 0)
-        if n
-        else np.zeros(0, dtype=np.int64)
-    )
+    start_ns = us_to_ns(ts_us) + base_ns
+    dur_ns = us_to_ns(dur_us)
     dur_ns = np.where(memory, 0, dur_ns)  # instants have no duration
     gpu_annotation = kind == int(EventKind.GPU_USER_ANNOTATION)
     if gpu_annotation.any():  # undo Kineto's "1 ns earlier, 2 ns longer"
@@ -559,36 +847,67 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
         dur_ns = np.where(gpu_annotation, np.maximum(dur_ns - 2, 0), dur_ns)
     columns["start_ns"] = start_ns
     columns["dur_ns"] = dur_ns
-    columns["linked_correlation_id"] = _checked_links(
-        kind, pid, tid, start_ns, dur_ns, ext, correlation_arg, host, on_device
+    columns["linked_correlation_id"] = _checked_links(  # ids are positive; the tree refuses others
+        kind, pid, tid, start_ns, dur_ns, np.maximum(ext, 0), np.maximum(correlation_arg, 0), host, on_device
     )
     batch = EventBatch.build(SOURCE, columns, tables)
     counter_batch = (
-        _counter_rows(counters, base_ns, _device_lanes(raw_events) if lanes is None else lanes)
-        if counters
+        _counter_rows(
+            selection.counters, base_ns, _device_lanes(raw_events) if lanes is None else lanes, bad_values
+        )
+        if selection.counters
         else None
     )
     if counter_batch is not None:
         batch = concat([batch, counter_batch], SOURCE)
 
-    notes: list[str] = []
-    if skipped:
-        listed = ", ".join(f"{count} {cat}" for cat, count in skipped.most_common())
-        notes.append(f"chrome trace: skipped events of unknown categories ({listed})")
+    properties = doc.get("deviceProperties")
+    properties = properties if isinstance(properties, list) else []
     return Trace(
         events=batch,
         config=_config_from(doc, kind, device_type),
-        start_ns=_start_ns(span, base_ns, start_ns),
-        end_ns=_end_ns(span, window_end, base_ns, start_ns, dur_ns),
+        start_ns=_start_ns(selection.span, base_ns, start_ns),
+        end_ns=_end_ns(selection.span, selection.window_end, base_ns, start_ns, dur_ns),
         pid=_host_pid(kind, pid),
         hostname=str(doc.get("host_name", "") or ""),
         trace_id=str(doc.get("trace_id", "") or ""),
-        metadata_json={
-            str(k): orjson.dumps(v, default=str).decode() for k, v in doc.items() if k not in _SKELETON_KEYS
-        },
-        device_properties=tuple(p for p in (doc.get("deviceProperties") or ()) if isinstance(p, dict)),
-        notes=tuple(notes),
+        metadata_json={str(k): _json_text(v) for k, v in doc.items() if k not in _SKELETON_KEYS},
+        device_properties=tuple(p for p in properties if isinstance(p, dict)),
+        notes=_skip_notes(selection.skipped, bad_values),
     )
+
+
+#: How many kinds of skipped events a note lists by name.
+_LISTED_KINDS = 10
+
+
+def _listed(counts: Counter[str]) -> str:
+    common = counts.most_common(_LISTED_KINDS)
+    listed = ", ".join(f"{count} {what}" for what, count in common)
+    if len(counts) > len(common):
+        rest = sum(counts.values()) - sum(count for _, count in common)
+        listed += f", and {rest} more of {len(counts) - len(common)} other kinds"
+    return listed
+
+
+def _skip_notes(skipped: Counter[str], bad_values: Counter[str]) -> tuple[str, ...]:
+    notes = []
+    if skipped:
+        notes.append(f"chrome trace: skipped events of unknown categories ({_listed(skipped)})")
+    if bad_values:
+        notes.append(
+            f"chrome trace: skipped {sum(bad_values.values())} events with values that cannot be used "
+            f"({_listed(Counter({f'with {what}': n for what, n in bad_values.items()}))})"
+        )
+    return tuple(notes)
+
+
+def _json_text(value: Any) -> str:
+    """``value`` as JSON text; the stdlib writes what orjson refuses (nesting past 254, huge ints)."""
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except TypeError:
+        return json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False)  # as orjson writes
 
 
 #: Device kinds that Kineto links through their API call's correlation id.
@@ -674,7 +993,10 @@ def _kept_fragments(args: list[dict[str, Any]], on_device: np.ndarray, host: np.
     ]
     dumps = orjson.dumps
     kept = [{k: v for k, v in a.items() if k not in drop} if a else None for a, drop in zip(args, drops)]
-    return [dumps(k, default=str).decode()[1:-1] if k else None for k in kept]
+    try:
+        return [dumps(k, default=str).decode()[1:-1] if k else None for k in kept]
+    except TypeError:  # values orjson does not write; rare, so not on the fast path
+        return [_json_text(k)[1:-1] if k else None for k in kept]
 
 
 def _config_from(doc: Mapping[str, Any], kinds: np.ndarray, device_types: np.ndarray) -> ProfileConfig:
@@ -689,7 +1011,7 @@ def _config_from(doc: Mapping[str, Any], kinds: np.ndarray, device_types: np.nda
 
 
 def _start_ns(span: tuple[Any, Any] | None, base_ns: int, starts: np.ndarray) -> int:
-    if span is not None and isinstance(span[0], _NUMBER):
+    if span is not None and _usable_time(span[0], None, base_ns):
         return int(us_to_ns([span[0]])[0]) + base_ns
     return int(starts.min()) if len(starts) else base_ns
 
@@ -697,9 +1019,9 @@ def _start_ns(span: tuple[Any, Any] | None, base_ns: int, starts: np.ndarray) ->
 def _end_ns(
     span: tuple[Any, Any] | None, window_end: Any, base_ns: int, starts: np.ndarray, durs: np.ndarray
 ) -> int:
-    if span is not None and isinstance(span[0], _NUMBER) and isinstance(span[1], _NUMBER):
+    if span is not None and span[1] is not None and _usable_time(span[0], span[1], base_ns):
         return int(us_to_ns([span[0]])[0] + us_to_ns([span[1]])[0]) + base_ns
-    if isinstance(window_end, _NUMBER):
+    if _usable_time(window_end, None, base_ns):
         return int(us_to_ns([window_end])[0]) + base_ns
     return int((starts + durs).max()) if len(starts) else base_ns
 

@@ -46,10 +46,18 @@ The default sort is what torch's tutorials print: ``cpu_time_total``, or
 ``device_time_total`` (torch's ``cuda_time_total``) when the trace has device
 time. ``--sort-by none`` keeps torch's ``sort_by=None`` order (first seen).
 
+Hostile files: the reader refuses what is not a regular file (``/dev/zero``, a
+FIFO), more JSON than ``POLYPROF_REPORT_MAX_BYTES`` (default 4 GiB, read in
+chunks, gzip decompressed as a stream), gzip data that inflates like a bomb,
+and JSON nested too deeply to follow. Events whose ``ts``/``dur`` are NaN,
+infinite, negative (``dur``) or beyond int64 nanoseconds are left out and
+counted in a note. Names, notes and errors reach the terminal with control
+characters escaped (``terminal_safe``).
+
 Exit status: 0 with the table on stdout; 2, with one line on stderr and no
-traceback, for a missing, unreadable, empty, truncated or corrupt file, a
-directory, JSON that is not a Chrome trace, a trace without profiler events,
-or a bad option.
+traceback, for a missing, unreadable, empty, truncated, corrupt or too large
+file, a directory or device, JSON that is not a Chrome trace, a trace without
+profiler events, a table torch could not print either, or a bad option.
 """
 
 from __future__ import annotations
@@ -63,9 +71,9 @@ from typing import Any
 
 import attrs
 from polyprof._log import get_logger
-from polyprof.chrome_reader import TraceFileError, read_chrome_trace
+from polyprof.chrome_reader import TraceFileError, max_bytes_from_env, read_chrome_trace
 from polyprof.results import ProfileResults
-from polyprof.table import VALID_SORT_KEYS, VALID_TIME_UNITS
+from polyprof.table import VALID_SORT_KEYS, VALID_TIME_UNITS, TimeShareError
 from polyprof.tree import use_device_for
 
 log = get_logger(__name__)
@@ -83,6 +91,7 @@ __all__ = [
     "render_report",
     "report_notes",
     "run_report_command",
+    "terminal_safe",
 ]
 
 #: ``--sort-by`` value that picks ``cpu_time_total`` or ``device_time_total`` (the default).
@@ -128,15 +137,16 @@ class ReportOptions:
     top_level_only: bool = False
 
 
-def load_report_results(path: str | os.PathLike[str]) -> ProfileResults:
+def load_report_results(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> ProfileResults:
     """Read a Chrome trace file into ``ProfileResults``; ``use_device`` from its device events.
 
-    :raises TraceFileError: the file is missing, a directory, unreadable, not a
+    :param max_bytes: the most JSON bytes to read (see ``polyprof.chrome_reader.load_chrome_trace``).
+    :raises TraceFileError: the file is missing, a directory, unreadable, too large, not a
         Chrome trace, or holds no profiler events (one-line message).
     """
     path = os.fspath(path)
     started = time.perf_counter()
-    trace = read_chrome_trace(path)
+    trace = read_chrome_trace(path, max_bytes=max_bytes)
     if len(trace.events) == 0:
         skipped = "".join(f"; {note}" for note in trace.notes)
         raise TraceFileError(
@@ -161,9 +171,42 @@ def default_sort_key(averages: Sequence[Any]) -> str:
     return "device_time_total" if has_device_time else "cpu_time_total"
 
 
+#: Characters that move the cursor, recolour, retitle or reorder a terminal's text: C0 and C1
+#: controls and DEL, line and paragraph separators, and the bidirectional overrides and isolates.
+_TERMINAL_CONTROLS = (
+    *range(0x20),
+    *range(0x7F, 0xA0),
+    0x061C,
+    0x200E,
+    0x200F,
+    0x2028,
+    0x2029,
+    *range(0x202A, 0x202F),
+    *range(0x2066, 0x206A),
+)
+_ESCAPES = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" for code in _TERMINAL_CONTROLS}
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with terminal control characters written as escapes (``"\\x1b"``); other text as is.
+
+    Names in a trace file are the file's text, and escape sequences in them would
+    drive the terminal that prints the report. Backslashes stay as they are, so
+    the escaping is for display, not a reversible encoding.
+    """
+    return text if text.isprintable() else text.translate(_ESCAPES)
+
+
 def render_report(results: ProfileResults, options: ReportOptions) -> str:
-    """torch's ``key_averages(...).table(...)`` text for ``results`` under ``options``."""
+    """torch's ``key_averages(...).table(...)`` text for ``results`` under ``options``.
+
+    Names are escaped with ``terminal_safe`` before the layout, so the columns line up.
+    """
     averages = results.key_averages(group_by_input_shape=options.group_by_input_shape)
+    for average in averages:  # fresh objects: key_averages() builds them for this call
+        average.key = terminal_safe(average.key)
+        if getattr(average, "overload_name", None):
+            average.overload_name = terminal_safe(average.overload_name)
     if options.sort_by == AUTO_SORT:
         sort_by: str | None = default_sort_key(averages)
     elif options.sort_by == UNSORTED:
@@ -264,12 +307,30 @@ def run_report_command(args: argparse.Namespace) -> int:
         top_level_only=args.top_level_only,
     )
     try:
-        results = load_report_results(args.trace)
+        max_bytes = max_bytes_from_env()
+    except ValueError as exc:
+        print(f"{_PROG}: error: {terminal_safe(str(exc))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        results = load_report_results(args.trace, max_bytes=max_bytes)
     except TraceFileError as exc:
-        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        # The message quotes the file (keys, categories): escaped, it stays one harmless line.
+        print(f"{_PROG}: error: {terminal_safe(str(exc))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except MemoryError:
+        print(
+            f"{_PROG}: error: {terminal_safe(args.trace)}: not enough memory to read this trace "
+            f"(at most {max_bytes} bytes of JSON are read; parsing takes several times that)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    try:
+        table = render_report(results, options)
+    except TimeShareError as exc:  # e.g. GPU annotations without kernels: torch's table fails too
+        print(f"{_PROG}: error: {terminal_safe(args.trace)}: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     for note in report_notes(results):
-        print(f"{_PROG}: note: {note}", file=sys.stderr)
-    sys.stdout.write(render_report(results, options))
+        print(f"{_PROG}: note: {terminal_safe(note)}", file=sys.stderr)
+    sys.stdout.write(table)
     sys.stdout.flush()
     return 0

@@ -64,8 +64,9 @@ def torch_self_cuda(events: list[dict[str, Any]]) -> tuple[Counter, Counter]:
 
 def polyprof_self_cuda(name: str) -> tuple[dict[str, float], dict[str, float]]:
     averages = load_report_results(DATA / name).key_averages()
-    host = {a.key: a.self_device_time_total for a in averages if a.device_type == DeviceType.CPU}
-    device = {a.key: a.self_device_time_total for a in averages if a.device_type != DeviceType.CPU}
+    # with torch loaded, device_type is torch's enum, which does not compare equal to polyprof's
+    host = {a.key: a.self_device_time_total for a in averages if int(a.device_type) == DeviceType.CPU}
+    device = {a.key: a.self_device_time_total for a in averages if int(a.device_type) != DeviceType.CPU}
     return host, device
 
 

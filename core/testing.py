@@ -15,7 +15,9 @@ Typical exporter test::
 entry points, no built-ins) unless you ask for them, and raises when one of
 them fails to register, so a misspelled hook name fails the test.
 ``InMemoryExporter``, ``FakeTracer`` and ``ComponentPlugin`` stand in for the
-other side of the contract.
+other side of the contract. ``KinetoEventStandIn`` and ``RawResultStandIn``
+stand in for torch's collector result, so a device plugin's decoding
+(``polyprof.torch_result``) is tested without the device.
 """
 
 from __future__ import annotations
@@ -285,12 +287,186 @@ def make_trace(
     )
 
 
+class KinetoEventStandIn:
+    """One of torch's ``_KinetoEvent``s, with every accessor torch 2.6 to 2.15 has (torch itself needed).
+
+    The row's own values come from the constructor; the rest are what torch
+    gives a row recorded without shapes, stacks, memory or flows.
+    ``KinetoEventStandIn211`` has the accessors of torch before 2.12 (no
+    ``activity_type``, no ``external_id``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        activity_type: str,
+        device_type: int,
+        device_index: int,
+        start_ns: int,
+        end_ns: int,
+        correlation_id: int,
+        linked_correlation_id: int,
+        device_resource_id: int,
+        *,
+        start_thread_id: int = 1,
+    ) -> None:
+        from torch._C._autograd import DeviceType as TorchDeviceType
+
+        by_value = {int(member): member for member in TorchDeviceType.__members__.values()}
+        self._name, self._type, self._device = name, activity_type, by_value[int(device_type)]
+        self._index, self._start, self._end = device_index, start_ns, end_ns
+        self._corr, self._linked, self._resource = correlation_id, linked_correlation_id, device_resource_id
+        self._thread = start_thread_id
+
+    def name(self) -> str:
+        return self._name
+
+    def activity_type(self) -> str:
+        return self._type
+
+    def device_type(self) -> Any:
+        return self._device
+
+    def device_index(self) -> int:
+        return self._index
+
+    def device_resource_id(self) -> int:
+        return self._resource
+
+    def start_ns(self) -> int:
+        return self._start
+
+    def end_ns(self) -> int:
+        return self._end
+
+    def duration_ns(self) -> int:
+        return self._end - self._start
+
+    def correlation_id(self) -> int:
+        return self._corr
+
+    def linked_correlation_id(self) -> int:
+        return self._linked
+
+    def external_id(self) -> int:
+        # Kineto's: a host op's own id, the op it belongs to for the others
+        return self._corr if self._type in ("cpu_op", "user_annotation") else self._linked
+
+    def start_thread_id(self) -> int:
+        return self._thread
+
+    end_thread_id = start_thread_id
+
+    def is_async(self) -> bool:
+        return False
+
+    def is_user_annotation(self) -> bool:
+        return self._type in ("user_annotation", "gpu_user_annotation")
+
+    def is_python_function(self) -> bool:
+        return self._type == "python_function"
+
+    def is_hidden_event(self) -> bool:
+        return False
+
+    def sequence_nr(self) -> int:
+        return -1
+
+    def fwd_thread_id(self) -> int:
+        return 0
+
+    def scope(self) -> int:
+        return 0
+
+    def flops(self) -> int:
+        return 0
+
+    def shapes(self) -> list:
+        return []
+
+    def flow_id(self) -> int:
+        return 0
+
+    def flow_type(self) -> int:
+        return 0
+
+    def flow_start(self) -> bool:
+        return False
+
+    def overload_name(self) -> str:
+        return ""
+
+    def dtypes(self) -> list:
+        return []
+
+    structured_input_shapes = structured_input_strides = stack = concrete_inputs = dtypes
+
+    def kwinputs(self) -> dict:
+        return {}
+
+    def metadata_json(self) -> str:
+        return ""
+
+    def extra_meta(self) -> dict:
+        return {}
+
+    typed_metadata = extra_meta
+
+    def nbytes(self) -> int:
+        return 0
+
+    def python_id(self) -> int:
+        return 0
+
+    python_parent_id = python_id
+
+    def python_module_id(self) -> int:
+        return -1
+
+    def cuda_elapsed_us(self) -> int:
+        return -1
+
+    privateuse1_elapsed_us = cuda_elapsed_us
+
+
+class KinetoEventStandIn211(KinetoEventStandIn):
+    """torch 2.11's ``_KinetoEvent``: no ``activity_type``, no ``external_id``."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("activity_type", "external_id"):
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+class RawResultStandIn:
+    """torch's ``_ProfilerResult`` holding ``events`` (``KinetoEventStandIn``s)."""
+
+    def __init__(self, events: Sequence[Any], trace_start_ns: int = 500) -> None:
+        self._events = list(events)
+        self._trace_start_ns = trace_start_ns
+
+    def events(self) -> list[Any]:
+        return self._events
+
+    def trace_start_ns(self) -> int:
+        return self._trace_start_ns
+
+    def save(self, path: str) -> None:
+        """torch's own writer, which polyprof reads on torch < 2.13 (flows, python_function rows):
+        a trace with no events, as torch writes for rows recorded without them."""
+        with open(path, "w", encoding="utf-8") as file:
+            file.write('{"traceEvents": []}')
+
+
 __all__ = [
     "ComponentPlugin",
     "EventKind",
     "ExportedTrace",
     "FakeTracer",
     "InMemoryExporter",
+    "KinetoEventStandIn",
+    "KinetoEventStandIn211",
+    "RawResultStandIn",
     "make_event_batch",
     "make_plugin_manager_for_tests",
     "make_trace",
@@ -318,5 +494,7 @@ def run_pytest_in_child(path: str, *args: str, timeout_s: float = 600.0) -> str:
     lines = done.stdout.strip().splitlines()
     summary = lines[-1] if lines else ""
     if done.returncode != 0:
-        raise AssertionError(f"{path} failed in its own process: {summary}\n{done.stdout[-6000:]}{done.stderr[-2000:]}")
+        raise AssertionError(
+            f"{path} failed in its own process: {summary}\n{done.stdout[-6000:]}{done.stderr[-2000:]}"
+        )
     return summary

@@ -23,7 +23,13 @@ from polyprof.errors import PolyprofError
 from polyprof.events import DeviceType, EventBatch, EventKind
 from polyprof.hookspecs import hookimpl
 from polyprof.registry import PluginCallError
-from polyprof.testing import make_plugin_manager_for_tests, run_pytest_in_child
+from polyprof.testing import (
+    KinetoEventStandIn,
+    KinetoEventStandIn211,
+    RawResultStandIn,
+    make_plugin_manager_for_tests,
+    run_pytest_in_child,
+)
 from polyprof.torch_result import CollectorResult, DeviceRowClaims, TorchResultTracer, decode_device_rows
 
 torch = pytest.importorskip("torch")
@@ -138,40 +144,34 @@ def test_a_result_tracer_without_the_collector_owner_is_a_clear_error(monkeypatc
 # ------------------------------------------------- host rows of a result with device rows
 
 
-class _Event:
-    """A ``_KinetoEvent`` stand-in: only the accessors the host-row split reads."""
+def _row(name: str, activity_type: str, on_device: int) -> KinetoEventStandIn:
+    """A row of a CUDA run's result, for the host/device split."""
+    device = DeviceType.CUDA if on_device else DeviceType.CPU
+    return KinetoEventStandIn(name, activity_type, device, 0, 1, 2, 1, 0, 0)
 
-    def __init__(self, name: str, activity_type: str, device_type: int, annotation: bool = False) -> None:
-        self._name, self._type, self._device, self._annotation = name, activity_type, device_type, annotation
 
-    def name(self) -> str:
-        return self._name
+def test_the_stand_in_has_every_accessor_of_the_installed_torchs_kineto_event() -> None:
+    from torch._C._autograd import _KinetoEvent
 
-    def activity_type(self) -> str:
-        return self._type
-
-    def is_user_annotation(self) -> bool:
-        return self._annotation
-
-    def device_type(self) -> Any:
-        from torch._C._autograd import DeviceType
-
-        return DeviceType.CUDA if self._device else DeviceType.CPU
+    accessors = {name for name in dir(_KinetoEvent) if not name.startswith("_")}
+    assert accessors <= set(dir(KinetoEventStandIn))
+    older = accessors - {"activity_type", "external_id"}
+    assert older <= set(dir(KinetoEventStandIn211("x", "cpu_op", DeviceType.CPU, 0, 1, 2, 1, 0, 0)))
 
 
 RESULT_ROWS = [
-    _Event("aten::mm", "cpu_op", 0),
-    _Event("cudaLaunchKernel", "cuda_runtime", 0),
-    _Event("cuLaunchKernel", "cuda_driver", 0),
-    _Event("ampere_sgemm", "kernel", 1),
-    _Event("Memcpy HtoD", "gpu_memcpy", 1),
-    _Event("step", "user_annotation", 0, annotation=True),
-    _Event("cudaGraphs warm-up", "user_annotation", 0, annotation=True),  # a range may be named anything
-    _Event("train.py(3): <module>", "python_function", 0),
-    _Event("[memory]", "cpu_instant_event", 0),
-    _Event("Activity Buffer Request", "overhead", 0),
-    _Event("privateuse1Launch", "privateuse1_runtime", 0),  # no device tracer here claims this type
-    _Event("cuda range", "cuda_profiler_range", 1),
+    _row("aten::mm", "cpu_op", 0),
+    _row("cudaLaunchKernel", "cuda_runtime", 0),
+    _row("cuLaunchKernel", "cuda_driver", 0),
+    _row("ampere_sgemm", "kernel", 1),
+    _row("Memcpy HtoD", "gpu_memcpy", 1),
+    _row("step", "user_annotation", 0),
+    _row("cudaGraphs warm-up", "user_annotation", 0),  # a range may be named anything
+    _row("train.py(3): <module>", "python_function", 0),
+    _row("[memory]", "cpu_instant_event", 0),
+    _row("Activity Buffer Request", "overhead", 0),
+    _row("privateuse1Launch", "privateuse1_runtime", 0),  # no device tracer here claims this type
+    _row("cuda range", "cuda_profiler_range", 1),
 ]
 CUDA_TYPES = frozenset({"kernel", "gpu_memcpy", "cuda_runtime", "cuda_driver", "overhead"})
 
@@ -230,33 +230,17 @@ def test_claims_of_the_sessions_result_tracers() -> None:
     assert claims.activity_types == CUDA_TYPES
     assert claims.claims_type("kernel") and not claims.claims_type("cpu_op")
     assert not claims.claims_type("privateuse1_runtime")
-    assert claims.claims_host_row(_Event("cuLaunchKernel", "", 0))
-    assert not claims.claims_host_row(_Event("cudaGraphs warm-up", "", 0, annotation=True))
-
-
-class _Event211(_Event):
-    """torch 2.11's ``_KinetoEvent``: no activity type; times and ids for decoding."""
-
-    activity_type = None  # type: ignore[assignment]
-
-    def __getattribute__(self, name: str) -> Any:
-        if name == "activity_type":
-            raise AttributeError(name)
-        return super().__getattribute__(name)
-
-    def __getattr__(self, name: str) -> Any:  # start_ns, correlation_id, ...: small fixed numbers
-        if name in ("activity_type", "external_id"):
-            raise AttributeError(name)
-        return lambda: 1
+    assert claims.claims_host_row(_row("cuLaunchKernel", "cuda_driver", 0))
+    assert not claims.claims_host_row(_row("cudaGraphs warm-up", "user_annotation", 0))
 
 
 def test_before_2_12_the_device_decoder_takes_the_rows_its_names_claim() -> None:
-    class Raw:
-        def events(self) -> list[Any]:
-            return [_Event211(ev.name(), "", ev._device, ev._annotation) for ev in RESULT_ROWS]
-
+    as_211 = [
+        KinetoEventStandIn211(ev.name(), ev.activity_type(), ev.device_type(), 0, 1, 2, 1, 0, 0)
+        for ev in RESULT_ROWS
+    ]
     batch = decode_device_rows(
-        CollectorResult(Raw()),
+        CollectorResult(RawResultStandIn(as_211)),
         source="cuda_test",
         device_type=DeviceType.CUDA,
         kind_by_activity_type={
@@ -287,7 +271,7 @@ def test_collector_result_reads_what_torch_gives_once_only_once() -> None:
         saves = 0
 
         def events(self) -> list[Any]:
-            return [_Event("aten::add", "cpu_op", 0)]
+            return [_row("aten::add", "cpu_op", 0)]
 
         def save(self, path: str) -> None:
             Raw.saves += 1

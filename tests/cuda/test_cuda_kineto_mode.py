@@ -9,14 +9,13 @@ result back and synchronizes, and CUPTI reports an overhead row.
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 import pytest
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
 from polyprof.events import DeviceType, EventKind, concat
-from polyprof.testing import make_trace
+from polyprof.testing import KinetoEventStandIn, KinetoEventStandIn211, RawResultStandIn, make_trace
 from polyprof.torch_result import CollectorResult, DeviceRowClaims
 from polyprof.tree import EventTree
 
@@ -40,158 +39,32 @@ ROWS = [
 ]
 
 
-class KinetoEvent:
-    """A ``_KinetoEvent`` stand-in with 2.15's accessors."""
+class KinetoEvent(KinetoEventStandIn):
+    """A CUDA run's ``_KinetoEvent`` (torch 2.15's accessors) from a ``ROWS`` row."""
 
     def __init__(self, row: tuple) -> None:
-        (self._name, self._type, device, self._start, self._end, self._corr, self._linked, self._res) = row
-        from torch._C._autograd import DeviceType as TorchDeviceType
-
-        self._device = TorchDeviceType.CUDA if device else TorchDeviceType.CPU
-
-    def name(self) -> str:
-        return self._name
-
-    def activity_type(self) -> str:
-        return self._type
-
-    def device_type(self) -> Any:
-        return self._device
-
-    def device_index(self) -> int:
-        return 0 if int(self._device) else PID
-
-    def device_resource_id(self) -> int:
-        return self._res
-
-    def start_ns(self) -> int:
-        return self._start
-
-    def end_ns(self) -> int:
-        return self._end
-
-    def duration_ns(self) -> int:
-        return self._end - self._start
-
-    def correlation_id(self) -> int:
-        return self._corr
-
-    def linked_correlation_id(self) -> int:
-        return self._linked
-
-    def external_id(self) -> int:
-        return self._linked if self._type != "cpu_op" else self._corr
-
-    def start_thread_id(self) -> int:
-        return 1 if self._type != "overhead" else 0
-
-    end_thread_id = start_thread_id
-
-    def is_async(self) -> bool:
-        return False
-
-    def is_user_annotation(self) -> bool:
-        return self._type in ("user_annotation", "gpu_user_annotation")
-
-    def is_python_function(self) -> bool:
-        return False
-
-    def is_hidden_event(self) -> bool:
-        return False
-
-    def sequence_nr(self) -> int:
-        return -1
-
-    def fwd_thread_id(self) -> int:
-        return 0
-
-    def scope(self) -> int:
-        return 0
-
-    def flops(self) -> int:
-        return 0
-
-    def shapes(self) -> list:
-        return []
-
-    # what torch gives a row recorded without shapes, stacks or flows (the deferred trace columns)
-    def flow_id(self) -> int:
-        return 0
-
-    def flow_type(self) -> int:
-        return 0
-
-    def flow_start(self) -> bool:
-        return False
-
-    def overload_name(self) -> str:
-        return ""
-
-    def dtypes(self) -> list:
-        return []
-
-    def concrete_inputs(self) -> list:
-        return []
-
-    def kwinputs(self) -> dict:
-        return {}
-
-    structured_input_shapes = structured_input_strides = stack = dtypes
-
-    def metadata_json(self) -> str:
-        return ""
-
-    def extra_meta(self) -> dict:
-        return {}
-
-    def typed_metadata(self) -> dict:
-        return {}
-
-    def nbytes(self) -> int:
-        return 0
-
-    def python_id(self) -> int:
-        return 0
-
-    python_parent_id = python_id
-
-    def python_module_id(self) -> int:
-        return -1
-
-    def cuda_elapsed_us(self) -> int:
-        return -1
-
-    privateuse1_elapsed_us = cuda_elapsed_us
+        name, activity_type, on_device, start, end, corr, linked, resource = row
+        super().__init__(
+            name,
+            activity_type,
+            DeviceType.CUDA if on_device else DeviceType.CPU,
+            0 if on_device else PID,
+            start,
+            end,
+            corr,
+            linked,
+            resource,
+            start_thread_id=0 if activity_type == "overhead" else 1,
+        )
 
 
-def test_the_stand_in_has_every_accessor_of_the_installed_torchs_kineto_event() -> None:
-    from torch._C._autograd import _KinetoEvent
-
-    accessors = {name for name in dir(_KinetoEvent) if not name.startswith("_")}
-    assert accessors <= set(dir(KinetoEvent))
+class KinetoEvent211(KinetoEventStandIn211, KinetoEvent):
+    """The same row as torch 2.11 gives it: no activity_type, no external_id."""
 
 
-class KinetoEvent211(KinetoEvent):
-    """2.11's ``_KinetoEvent``: no activity_type, no external_id."""
-
-    activity_type = None  # type: ignore[assignment]
-    external_id = None  # type: ignore[assignment]
-
-    def __getattribute__(self, name: str) -> Any:
-        if name in ("activity_type", "external_id"):
-            raise AttributeError(name)
-        return super().__getattribute__(name)
-
-
-class Raw:
+class Raw(RawResultStandIn):
     def __init__(self, event_type: type = KinetoEvent) -> None:
-        self._events = [event_type(row) for row in ROWS]
-
-    def events(self) -> list[Any]:
-        return self._events
-
-    def trace_start_ns(self) -> int:
-        return 500
+        super().__init__([event_type(row) for row in ROWS])
 
 
 def test_the_cuda_rows_of_a_result_with_torchs_links() -> None:

@@ -1,7 +1,8 @@
 """Stand-ins for torch's raw collector result of an XPU run (no Intel GPU here).
 
-``KinetoEvent`` has exactly the accessors of torch 2.15's ``_KinetoEvent``
-(``KinetoEvent211``: 2.11's, without ``activity_type`` and ``external_id``),
+``KinetoEvent`` is ``polyprof.testing.KinetoEventStandIn`` (every accessor
+torch 2.6 to 2.15 has; ``KinetoEvent211``: 2.11's, without ``activity_type``
+and ``external_id``),
 filled as Kineto's XPU session fills them: an op's SYCL runtime call
 (``xpu_runtime``) and Level Zero driver call (``xpu_driver``) launch device
 work with the same PTI correlation id, and torch's external correlation links
@@ -12,7 +13,8 @@ not captured on an Intel GPU.
 
 from __future__ import annotations
 
-from typing import Any
+from polyprof.events import DeviceType
+from polyprof.testing import KinetoEventStandIn, KinetoEventStandIn211, RawResultStandIn
 
 PID = 4242
 OS_TID = 777
@@ -40,100 +42,30 @@ ROWS = [
 ]
 
 
-class KinetoEvent:
-    """A ``_KinetoEvent`` stand-in with 2.15's accessors."""
+class KinetoEvent(KinetoEventStandIn):
+    """An XPU run's ``_KinetoEvent`` (torch 2.15's accessors) from a ``ROWS`` row."""
 
     def __init__(self, row: tuple) -> None:
-        from torch._C._autograd import DeviceType as TorchDeviceType
-
-        (self._name, self._type, self._index, self._start, self._end, self._corr, self._linked, self._res) = (
-            row
+        name, activity_type, index, start, end, corr, linked, resource = row
+        super().__init__(
+            name,
+            activity_type,
+            DeviceType.CPU if index is None else DeviceType.XPU,
+            PID if index is None else index,
+            start,
+            end,
+            corr,
+            linked,
+            resource,
         )
-        self._device = TorchDeviceType.CPU if self._index is None else TorchDeviceType.XPU
-
-    def name(self) -> str:
-        return self._name
-
-    def activity_type(self) -> str:
-        return self._type
-
-    def device_type(self) -> Any:
-        return self._device
-
-    def device_index(self) -> int:
-        return PID if self._index is None else self._index
-
-    def device_resource_id(self) -> int:
-        return self._res
-
-    def start_ns(self) -> int:
-        return self._start
-
-    def end_ns(self) -> int:
-        return self._end
-
-    def duration_ns(self) -> int:
-        return self._end - self._start
-
-    def correlation_id(self) -> int:
-        return self._corr
-
-    def linked_correlation_id(self) -> int:
-        return self._linked
-
-    def external_id(self) -> int:
-        return self._linked if self._type != "cpu_op" else self._corr
-
-    def start_thread_id(self) -> int:
-        return 1
-
-    end_thread_id = start_thread_id
-
-    def is_async(self) -> bool:
-        return False
-
-    def is_user_annotation(self) -> bool:
-        return self._type in ("user_annotation", "gpu_user_annotation")
-
-    def is_python_function(self) -> bool:
-        return False
-
-    def is_hidden_event(self) -> bool:
-        return False
-
-    def sequence_nr(self) -> int:
-        return -1
-
-    def fwd_thread_id(self) -> int:
-        return 0
-
-    def scope(self) -> int:
-        return 0
-
-    def flops(self) -> int:
-        return 0
-
-    def shapes(self) -> list:
-        return []
 
 
-class KinetoEvent211(KinetoEvent):
-    """2.11's ``_KinetoEvent``: no activity_type, no external_id."""
-
-    def __getattribute__(self, name: str) -> Any:
-        if name in ("activity_type", "external_id"):
-            raise AttributeError(name)
-        return super().__getattribute__(name)
+class KinetoEvent211(KinetoEventStandIn211, KinetoEvent):
+    """The same row as torch 2.11 gives it: no activity_type, no external_id."""
 
 
-class Raw:
+class Raw(RawResultStandIn):
     """A ``_ProfilerResult`` stand-in holding ``rows`` as ``event_type`` events."""
 
     def __init__(self, rows: list[tuple] = ROWS, event_type: type = KinetoEvent) -> None:
-        self._events = [event_type(row) for row in rows]
-
-    def events(self) -> list[Any]:
-        return self._events
-
-    def trace_start_ns(self) -> int:
-        return 500
+        super().__init__([event_type(row) for row in rows])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 from kineto_standins import PID, QUEUE, ROWS, KinetoEvent, KinetoEvent211, Raw
 from polyprof import torch_support
@@ -219,27 +218,15 @@ def test_another_devices_rows_are_not_xpu_rows() -> None:
 
 
 def _trace():
-    """The ops of the stand-in result as the CPU tracer gives them, and its XPU rows decoded."""
-    from polyprof.events import EventBatch
+    """The stand-in result decoded as a session decodes it: the CPU tracer's rows and the XPU tracer's."""
+    from polyprof.plugins import torch_cpu
+    from polyprof.torch_result import DeviceRowClaims
 
-    ops = [r for r in ROWS if r[1] == "cpu_op"]
-    n = len(ops)
-    cpu_batch = EventBatch.build(
-        "torch_cpu",
-        {
-            "kind": np.full(n, int(EventKind.CPU_OP), dtype=np.int8),
-            "name": np.arange(n, dtype=np.int32),
-            "start_ns": np.array([r[3] for r in ops], dtype=np.int64),
-            "dur_ns": np.array([r[4] - r[3] for r in ops], dtype=np.int64),
-            "pid": np.full(n, PID, dtype=np.int64),
-            "tid": np.array([r[7] for r in ops], dtype=np.int64),
-            "thread": np.ones(n, dtype=np.int64),
-            "correlation_id": np.array([r[5] for r in ops], dtype=np.int64),
-        },
-        {"name": tuple(r[0] for r in ops)},
-    )
-    xpu_batch = kineto.decode_xpu_rows(CollectorResult(Raw()), pid=PID)
+    result = CollectorResult(Raw())
     config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.XPU}, torch_activities={"XPU"})
+    claims = DeviceRowClaims.of([kineto.KinetoXpuTracer()])
+    cpu_batch, _ = torch_cpu.decode_result(result.raw, config, pid=PID, claims=claims)
+    xpu_batch = kineto.decode_xpu_rows(result, pid=PID)
     return make_trace(concat([cpu_batch, xpu_batch]), config=config, start_ns=500, pid=PID)
 
 

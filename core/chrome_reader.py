@@ -35,6 +35,7 @@ import orjson
 
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
+from polyprof.attribution import _OpIndex
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
 from polyprof.events import API_CALL_KINDS, DeviceType, EventBatch, EventKind, concat, kind_codes
@@ -912,13 +913,6 @@ def _json_text(value: Any) -> str:
 
 #: Device kinds that Kineto links through their API call's correlation id.
 _LAUNCHED_KINDS = kind_codes({EventKind.KERNEL, EventKind.GPU_MEMCPY, EventKind.GPU_MEMSET, EventKind.SYNC})
-#: Host rows an API call can be linked to (torch pushes their ids as external correlation ids).
-_LAUNCHER_KINDS = kind_codes({EventKind.CPU_OP, EventKind.USER_ANNOTATION})
-#: How far a call may seem to stick out of the op that holds it: older Kineto truncated ``ts``
-#: and ``dur`` to whole microseconds separately, and ops and API calls come from two clocks.
-_SLACK_NS = 1_000
-
-
 def _checked_links(
     kind: np.ndarray,
     pid: np.ndarray,
@@ -932,39 +926,33 @@ def _checked_links(
 ) -> np.ndarray:
     """Each non-host row's ``External id`` where it really names the op that launched it, else 0.
 
-    torch links an API call to the innermost op open on the calling thread, so a
-    true link names an op of the same process and thread whose interval holds
-    the call's start. Some Kineto releases wrote a device row's own CUPTI
-    correlation id as its ``External id`` when nothing linked it (HTA's sample
-    traces have thousands), and those ids meet torch's op ids by accident: taken
-    at face value, a copy issued in ``aten::copy_`` would count as the Self CUDA
-    of an ``aten::detach`` seconds earlier. So an API call keeps its link only
-    when that op holds it; a kernel, copy, fill or sync follows the API call with
-    its correlation id, and without one keeps an id that is not its own
-    correlation id. GPU annotations and other rows keep theirs.
+    Some Kineto releases wrote a row's own CUPTI correlation id as its
+    ``External id`` when nothing linked it (HTA's sample traces have
+    thousands; today's Kineto leaves the key out), and those ids meet torch's
+    op ids by accident: taken at face value, a copy issued in ``aten::copy_``
+    would count as the Self CUDA of an ``aten::detach`` seconds earlier. torch
+    links an API call to the innermost op (not a ``record_function`` range)
+    open on the calling thread, so an API call whose ``External id`` is its own
+    correlation id keeps it only when that innermost op has this id. A kernel,
+    copy, fill or sync follows the API call with its correlation id, and
+    without one keeps an id that is not its own correlation id. GPU
+    annotations and other rows keep theirs.
     """
     linked = np.where(host, 0, ext)
     if not (linked > 0).any():
         return linked
-    ops = np.flatnonzero(host & np.isin(kind, _LAUNCHER_KINDS) & (ext > 0))
-    ops = ops[np.argsort(ext[ops], kind="stable")]
-    op_ids = ext[ops]
-    calls = np.flatnonzero(~host & ~on_device & (linked > 0))
-    held = np.zeros(len(calls), dtype=bool)
-    lo = np.searchsorted(op_ids, linked[calls], side="left")
-    hi = np.searchsorted(op_ids, linked[calls], side="right")
-    for k in range(int((hi - lo).max()) if len(calls) else 0):  # ops sharing an id: rare, few
-        has = lo + k < hi
-        op = ops[np.minimum(lo + k, len(ops) - 1)]
+    calls = np.flatnonzero(~host & ~on_device & (linked > 0) & (linked == correlation))
+    if len(calls):
+        ops = np.flatnonzero(host & (kind == int(EventKind.CPU_OP)) & (ext > 0))
+        # one lane per (process, thread): _OpIndex keys ops by a single thread number
+        pairs = np.stack([np.r_[pid[ops], pid[calls]], np.r_[tid[ops], tid[calls]]], axis=1)
+        _, lane = np.unique(pairs, axis=0, return_inverse=True)
+        lane = lane.reshape(-1).astype(np.int64)
+        op_lane, call_lane = lane[: len(ops)], lane[len(ops) :]
+        index = _OpIndex(op_lane, start_ns[ops], start_ns[ops] + dur_ns[ops], ext[ops])
         call_start = start_ns[calls]
-        held |= (
-            has
-            & (pid[op] == pid[calls])
-            & (tid[op] == tid[calls])
-            & (start_ns[op] - _SLACK_NS <= call_start)
-            & (call_start <= start_ns[op] + dur_ns[op] + _SLACK_NS)
-        )
-    linked[calls[~held]] = 0
+        innermost = index.innermost_containing(call_lane, call_start, call_start)
+        linked[calls[innermost != linked[calls]]] = 0
     launched = np.flatnonzero(on_device & np.isin(kind, _LAUNCHED_KINDS) & (linked > 0))
     if len(launched):
         # Every API call with a correlation id vouches for its device rows, linked or not; where

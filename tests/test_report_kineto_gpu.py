@@ -2,9 +2,10 @@
 
 The traces are Holistic Trace Analysis's test data (tests/data/kineto_gpu/README.md).
 The oracle is torch's rule, computed here from the JSON alone: a runtime or
-driver call belongs to the op its ``External id`` names when that op is open on
-the calling thread at the call (that is how torch makes the link, pushing the op
-id on the thread's correlation stack); a kernel, copy or fill belongs to the op of
+driver call belongs to the op its ``External id`` names when that op is the
+innermost op (not a ``record_function`` range) open on the calling thread at the
+call (torch pushes only ops' ids on the thread's correlation stack); a kernel,
+copy or fill belongs to the op of
 the call with its correlation id; an op's Self CUDA is the time of the device rows
 that belong to it; syncs and overhead are never device time. Needs no torch.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,6 @@ from polyprof.events import DeviceType
 DATA = Path(__file__).parent / "data" / "kineto_gpu"
 TRACES = sorted(p.name for p in DATA.glob("*.json.gz"))
 DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
-#: Kineto's older releases truncated ts and dur to whole microseconds.
-SLACK_US = 1.0
 
 
 def _complete_events(name: str) -> list[dict[str, Any]]:
@@ -35,22 +34,24 @@ def _complete_events(name: str) -> list[dict[str, Any]]:
 
 def torch_self_cuda(events: list[dict[str, Any]]) -> tuple[Counter, Counter]:
     """(Self CUDA µs per op name, Self CUDA µs per device-row name) under torch's linking rule."""
-    ops_by_id: dict[Any, list[dict]] = defaultdict(list)
-    for e in events:
-        if e.get("cat") in ("cpu_op", "user_annotation"):
-            ops_by_id[e["args"].get("External id")].append(e)
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
 
-    def op_holding(call: dict) -> dict | None:
-        for op in ops_by_id.get(call["args"].get("External id"), ()):
-            same_thread = (op["pid"], op["tid"]) == (call["pid"], call["tid"])
-            if same_thread and op["ts"] - SLACK_US <= call["ts"] <= op["ts"] + op["dur"] + SLACK_US:
-                return op
-        return None
+    def innermost_op(call: dict) -> dict | None:
+        """The latest-started op of the call's thread that holds its start (record_function ranges never)."""
+        holding = [
+            op
+            for op in ops
+            if (op["pid"], op["tid"]) == (call["pid"], call["tid"])
+            and op["ts"] <= call["ts"] <= op["ts"] + op["dur"]
+        ]
+        return max(holding, key=lambda op: (op["ts"], -op["dur"]), default=None)
 
     op_of_correlation = {}
     for call in events:
-        if call.get("cat") in ("cuda_runtime", "cuda_driver") and (op := op_holding(call)) is not None:
-            op_of_correlation[call["args"]["correlation"]] = op["name"]
+        if call.get("cat") in ("cuda_runtime", "cuda_driver") and "External id" in call["args"]:
+            op = innermost_op(call)
+            if op is not None and op["args"].get("External id") == call["args"]["External id"]:
+                op_of_correlation[call["args"]["correlation"]] = op["name"]
     by_op: Counter = Counter()
     by_device_row: Counter = Counter()
     for row in events:
@@ -74,9 +75,7 @@ def polyprof_self_cuda(name: str) -> tuple[dict[str, float], dict[str, float]]:
 def test_self_cuda_per_op_and_per_kernel_is_torchs(name: str) -> None:
     expected_ops, expected_rows = torch_self_cuda(_complete_events(name))
     host, device = polyprof_self_cuda(name)
-    assert {k: round(v, 3) for k, v in host.items() if v} == {
-        k: round(v, 3) for k, v in expected_ops.items()
-    }
+    assert {k: round(v, 3) for k, v in host.items() if v} == {k: round(v, 3) for k, v in expected_ops.items()}
     assert {k: round(v, 3) for k, v in device.items() if v} == {
         k: round(v, 3) for k, v in expected_rows.items()
     }
@@ -107,3 +106,46 @@ def test_triton_kernel_belongs_to_its_launcher_not_the_sync() -> None:
     assert host["triton_poi_fused_add_cos_sin_0"] == pytest.approx(1.76)
     assert host["cudaDeviceSynchronize"] == 0 and host["cuLaunchKernel"] == 0
     assert device["triton_poi_fused_add_cos_sin_0"] == pytest.approx(1.76)
+
+
+def _write_trace(tmp_path: Path, events: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "old_kineto.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_an_unlinked_call_whose_own_id_equals_a_range_or_parent_op_id_gives_them_nothing(
+    tmp_path: Path,
+) -> None:
+    """Old-Kineto style: an unlinked call carries its own correlation id as ``External id``.
+
+    ids 7 (the step range) and 8 (the parent op) are also the correlation ids of two
+    unlinked calls inside ``aten::addmm``; only the third call, linked to ``aten::addmm``
+    (id 9) by Kineto, gives its kernel to an op.
+    """
+
+    def x(cat: str, name: str, ts: float, dur: float, args: dict, pid: int = 1, tid: int = 1) -> dict:
+        return {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": pid,
+            "tid": tid,
+            "ts": ts,
+            "dur": dur,
+            "args": args,
+        }
+
+    events = [
+        x("user_annotation", "ProfilerStep#1", 0, 1000, {"External id": 7}),
+        x("cpu_op", "aten::linear", 10, 900, {"External id": 8}),
+        x("cpu_op", "aten::addmm", 20, 800, {"External id": 9}),
+    ]
+    for corr, ext, at in ((7, 7, 100), (8, 8, 200), (30, 9, 300)):
+        events.append(x("cuda_runtime", "cudaLaunchKernel", at, 5, {"External id": ext, "correlation": corr}))
+        kernel_args = {"External id": ext, "correlation": corr, "device": 0, "stream": 7}
+        events.append(x("kernel", f"kernel_{corr}", at + 10, 50, kernel_args, pid=0, tid=7))
+    averages = load_report_results(_write_trace(tmp_path, events)).key_averages()
+    self_cuda = {a.key: a.self_device_time_total for a in averages if int(a.device_type) == DeviceType.CPU}
+    assert self_cuda["aten::addmm"] == pytest.approx(50.0)  # kernel_30 only
+    assert self_cuda["aten::linear"] == 0 and self_cuda["ProfilerStep*"] == 0

@@ -933,10 +933,9 @@ def _checked_links(
     would count as the Self CUDA of an ``aten::detach`` seconds earlier. torch
     links an API call to the innermost op (not a ``record_function`` range)
     open on the calling thread, so an API call whose ``External id`` is its own
-    correlation id keeps it only when that innermost op has this id. A kernel,
-    copy, fill or sync follows the API call with its correlation id, and
-    without one keeps an id that is not its own correlation id. GPU
-    annotations and other rows keep theirs.
+    correlation id keeps it only when that innermost op has this id; a kernel,
+    copy, fill or sync with such an id keeps it only when its API call (same
+    correlation id) kept the same link. Every other ``External id`` is a link.
     """
     linked = np.where(host, 0, ext)
     if not (linked > 0).any():
@@ -953,20 +952,21 @@ def _checked_links(
         call_start = start_ns[calls]
         innermost = index.innermost_containing(call_lane, call_start, call_start)
         linked[calls[innermost != linked[calls]]] = 0
-    launched = np.flatnonzero(on_device & np.isin(kind, _LAUNCHED_KINDS) & (linked > 0))
+    launched = np.flatnonzero(
+        on_device & np.isin(kind, _LAUNCHED_KINDS) & (linked > 0) & (linked == correlation)
+    )
     if len(launched):
-        # Every API call with a correlation id vouches for its device rows, linked or not; where
-        # two share one, a linked call sorts first.
+        # A device row whose External id is its own correlation id keeps it only where its API
+        # call (same correlation id) kept the same link; where two calls share one, a linked
+        # call sorts first.
         api = np.flatnonzero(~host & ~on_device & (correlation > 0))
         api = api[np.lexsort((linked[api] == 0, correlation[api]))]
-        api_corr = correlation[api]
-        pos = np.minimum(np.searchsorted(api_corr, correlation[launched]), max(len(api) - 1, 0))
-        found = api_corr[pos] == correlation[launched] if len(api) else np.zeros(len(launched), dtype=bool)
-        own_id = linked[launched] == correlation[launched]
+        vouched = np.zeros(len(launched), dtype=bool)
         if len(api):
-            linked[launched] = np.where(found, linked[api[pos]], np.where(own_id, 0, linked[launched]))
-        else:
-            linked[launched] = np.where(own_id, 0, linked[launched])
+            pos = np.minimum(np.searchsorted(correlation[api], correlation[launched]), len(api) - 1)
+            call = api[pos]
+            vouched = (correlation[call] == correlation[launched]) & (linked[call] == linked[launched])
+        linked[launched[~vouched]] = 0
     return linked
 
 

@@ -132,13 +132,13 @@ check_modules() {
 }
 
 shim_install() {
-    # The checkout on PYTHONPATH: polyprof's package-dir (core/ as polyprof, plugins/ as
-    # polyprof.plugins) as a folder of links, polyprof_cuda as is, and .dist-info folders with
-    # the entry points from the pyproject files, which is all polyprof's plugin discovery reads.
+    # The checkout on PYTHONPATH: the packages polyprof, polyprof_builtins and polyprof_cuda as
+    # links, and .dist-info folders with the entry points from the pyproject files, which is all
+    # polyprof's plugin discovery reads.
     local shim="/tmp/polyprof-gpu-shim"
-    rm -rf "$shim" && mkdir -p "$shim/polyprof" || return 1
-    for entry in "$ROOT"/core/*; do ln -s "$entry" "$shim/polyprof/$(basename "$entry")"; done
-    ln -s "$ROOT/plugins" "$shim/polyprof/plugins"
+    rm -rf "$shim" && mkdir -p "$shim" || return 1
+    ln -s "$ROOT/core/polyprof" "$shim/polyprof"
+    ln -s "$ROOT/plugins/polyprof_builtins" "$shim/polyprof_builtins"
     ln -s "$ROOT/plugins_cuda/polyprof_cuda" "$shim/polyprof_cuda"
     "$PY" - "$ROOT" "$shim" <<'EOF' || return 1
 import sys, tomllib

@@ -274,7 +274,7 @@ def test_end_to_end_device_columns_for_the_op_that_launched(tmp_path, monkeypatc
                 return [DeviceTracer(name="fake_cuda", activities=[ProfilerActivity.CUDA])]
             return []
 
-    from polyprof.plugins import torch_cpu
+    from polyprof_builtins import torch_cpu
 
     args_decoded = []
     real_args = torch_cpu._trace_args_by_event

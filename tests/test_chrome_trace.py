@@ -44,8 +44,8 @@ from polyprof.components import Capabilities, Exporter
 from polyprof.config import ProfileConfig
 from polyprof.events import FIELDS, DeviceType, EventBatch, EventKind, intern_column
 from polyprof.fileio import OutputDirectoryMissing, OutputPermissionError
-from polyprof.plugins import chrome_trace
-from polyprof.plugins.chrome_trace import (
+from polyprof_builtins import chrome_trace
+from polyprof_builtins.chrome_trace import (
     ChromeTraceExporter,
     format_us,
     render_chrome_trace,
@@ -1324,7 +1324,7 @@ def torch_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     from torch.profiler import profile
 
     from polyprof import torch_support
-    from polyprof.plugins.torch_cpu import decode_result
+    from polyprof_builtins.torch_cpu import decode_result
 
     flags = dict(VARIANTS[request.param])
     experimental = {name: flags.pop(name) for name in EXPERIMENTAL_FLAGS if name in flags}
@@ -1570,7 +1570,7 @@ def test_names_torch_cannot_write_are_fine_here(tmp_path: Path) -> None:
     from torch.profiler import ProfilerActivity as TorchActivity
     from torch.profiler import profile, record_function
 
-    from polyprof.plugins.torch_cpu import decode_result
+    from polyprof_builtins.torch_cpu import decode_result
 
     name = 'block "one" \\ two'
     with profile(activities=[TorchActivity.CPU]) as prof:
@@ -1594,7 +1594,7 @@ def test_names_torch_cannot_write_are_fine_here(tmp_path: Path) -> None:
 
 
 def test_valid_fragments_not_ending_in_digits_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    from polyprof.plugins import chrome_trace
+    from polyprof_builtins import chrome_trace
 
     def must_not_repair(fragment: str) -> bool:
         raise AssertionError(f"valid fragment sent to the repair path: {fragment!r}")

@@ -23,7 +23,7 @@ import pytest
 
 from polyprof.activity import ProfilerActivity as PA
 from polyprof.config import ProfileConfig
-from polyprof.plugins.torch_cpu import decode_result
+from polyprof_builtins.torch_cpu import decode_result
 from polyprof.results import (
     EventList,
     FunctionEvent,

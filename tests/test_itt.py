@@ -26,8 +26,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from polyprof.errors import PluginUnavailable
 from polyprof.events import EventKind
-from polyprof.plugins import itt_export
-from polyprof.plugins.itt_export import END, IttExporter, replay_plan
+from polyprof_builtins import itt_export
+from polyprof_builtins.itt_export import END, IttExporter, replay_plan
 from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
 
 COLLECTOR_SOURCE = Path(__file__).parent / "itt_collector" / "collector.c"
@@ -114,7 +114,7 @@ def test_without_torch_itt_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_import_does_not_import_torch() -> None:
     code = (
-        "import sys, polyprof.itt, polyprof.plugins.itt_export; "
+        "import sys, polyprof.itt, polyprof_builtins.itt_export; "
         "assert 'torch' not in sys.modules, 'torch imported'; "
         "assert polyprof.itt.emit_itt(enabled=False).__enter__() is None"
     )
@@ -574,7 +574,7 @@ def test_itt_exporter_replays_profile_into_collector(collector: Path, tmp_path: 
         """
         import json, torch, polyprof
         from polyprof.events import EventKind
-        from polyprof.plugins import itt_export
+        from polyprof_builtins import itt_export
         from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
 
         with polyprof.profile() as prof:

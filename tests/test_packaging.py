@@ -103,8 +103,8 @@ def test_editable_install_entry_points_resolve():
     direct_url = json.loads(dist.read_text("direct_url.json"))
     if not direct_url.get("dir_info", {}).get("editable"):
         pytest.skip("polyprof is not an editable install here")
-    # The editable install maps the import package onto this checkout's core/ and plugins/.
-    assert Path(polyprof.__file__).resolve() == REPO / "core" / "__init__.py"
+    # The editable install maps the import packages onto this checkout's core/ and plugins/.
+    assert Path(polyprof.__file__).resolve() == REPO / "core" / "polyprof" / "__init__.py"
     eps = {ep.name: ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP}
     assert {name: ep.value for name, ep in eps.items()} == dict(BUILTIN_PLUGINS)
     for name, ep in eps.items():
@@ -280,7 +280,8 @@ def test_wheel_contents(wheel_venv):
         entry_text = whl.read(entry_points).decode()
     for module in ("__init__", "__main__", "registry", "cli", "testing", "hookspecs", "components", "events"):
         assert f"polyprof/{module}.py" in names
-    assert "polyprof/plugins/__init__.py" in names
+    assert "polyprof_builtins/__init__.py" in names
+    assert {"polyprof/py.typed", "polyprof_builtins/py.typed"} <= names
     assert not any(n.startswith(("core/", "plugins/", "tests/", "docs/")) for n in names)
     assert "[polyprof]" in entry_text and "polyprof = polyprof.cli:main" in entry_text
     for name, module in BUILTIN_PLUGINS.items():

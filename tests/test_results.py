@@ -23,9 +23,9 @@ import pytest
 from polyprof.activity import ProfilerActivity as PA
 from polyprof.components import Aggregator
 from polyprof.config import ProfileConfig
-from polyprof.plugins import key_averages as key_averages_plugin
-from polyprof.plugins.key_averages import KeyAverages, KeyAveragesSummary, summarize
-from polyprof.plugins.torch_cpu import decode_result
+from polyprof_builtins import key_averages as key_averages_plugin
+from polyprof_builtins.key_averages import KeyAverages, KeyAveragesSummary, summarize
+from polyprof_builtins.torch_cpu import decode_result
 from polyprof.results import EventList, FunctionEvent, FunctionEventAvg, ProfileResults
 from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
 from polyprof.torch_support import installed

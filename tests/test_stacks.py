@@ -16,9 +16,9 @@ import pytest
 from polyprof.activity import ProfilerActivity as PA
 from polyprof.config import ProfileConfig
 from polyprof.events import EventKind
-from polyprof.plugins import stacks as stacks_plugin
-from polyprof.plugins.stacks import SUPPORTED_METRICS, StacksExporter, metric_attribute
-from polyprof.plugins.torch_cpu import decode_result
+from polyprof_builtins import stacks as stacks_plugin
+from polyprof_builtins.stacks import SUPPORTED_METRICS, StacksExporter, metric_attribute
+from polyprof_builtins.torch_cpu import decode_result
 from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
 from polyprof.trace import Trace
 

@@ -7,7 +7,7 @@ import pytest
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
 from polyprof.events import EventKind
-from polyprof.plugins.torch_cpu import decode_result
+from polyprof_builtins.torch_cpu import decode_result
 
 
 class FakeKinetoEvent:

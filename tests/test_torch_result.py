@@ -33,7 +33,7 @@ from polyprof.testing import (
 from polyprof.torch_result import CollectorResult, DeviceRowClaims, TorchResultTracer, decode_device_rows
 
 torch = pytest.importorskip("torch")
-from polyprof.plugins import torch_cpu
+from polyprof_builtins import torch_cpu
 
 
 class _KernelsFromCollector(TorchResultTracer):

@@ -1066,7 +1066,7 @@ class _CountingProvider:
 
 
 def test_building_and_summarizing_never_decode_deferred_columns() -> None:
-    from polyprof.plugins.key_averages import summarize
+    from polyprof_builtins.key_averages import summarize
 
     n = 4
     providers = {

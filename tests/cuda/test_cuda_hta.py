@@ -24,8 +24,8 @@ from polyprof.activity import ProfilerActivity
 from polyprof.attribution import link_launches
 from polyprof.config import ProfileConfig
 from polyprof.events import concat
-from polyprof.plugins import torch_cpu
-from polyprof.plugins.chrome_trace import ChromeTraceExporter
+from polyprof_builtins import torch_cpu
+from polyprof_builtins.chrome_trace import ChromeTraceExporter
 from polyprof.testing import make_trace
 from polyprof.torch_result import CollectorResult
 from polyprof_cuda import kineto

@@ -20,7 +20,7 @@ from polyprof.torch_result import CollectorResult, DeviceRowClaims
 from polyprof.tree import EventTree
 
 pytest.importorskip("torch")
-from polyprof.plugins import torch_cpu
+from polyprof_builtins import torch_cpu
 from polyprof_cuda import kineto
 
 PID = 4242

@@ -25,7 +25,7 @@ Differences in how they are made:
   to torch's per-object algorithms, with the same results.
 * ``FunctionEventAvg`` is a plain mutable object, as in torch; the ones from
   ``key_averages`` are built from the ``key_averages`` aggregator's columnar
-  summary (``polyprof.plugins.key_averages``).
+  summary (``polyprof_builtins.key_averages``).
 
 ``ProfileResults`` is what a profiler frontend holds after recording: its
 traces (several with ``acc_events``, newest first in ``events()`` as in torch)
@@ -61,7 +61,7 @@ from polyprof.tree import (
 
 if TYPE_CHECKING:
     from polyprof.components import Aggregator
-    from polyprof.plugins.key_averages import KeyAveragesSummary
+    from polyprof_builtins.key_averages import KeyAveragesSummary
     from polyprof.trace import Trace
 
 log = get_logger(__name__)
@@ -1280,7 +1280,7 @@ class EventList(MutableSequence):
             raise ValueError(f"group_by_stack_n must be an int >= 0, got {group_by_stack_n!r}")
         located = self._tree_rows()
         if located is not None:
-            from polyprof.plugins.key_averages import summarize
+            from polyprof_builtins.key_averages import summarize
 
             tree, rows = located
             summary = summarize(
@@ -1386,7 +1386,7 @@ class EventList(MutableSequence):
 
         :raises ValueError: ``metric`` is not one of ``supported_export_stacks_metrics()``.
         """
-        from polyprof.plugins.stacks import (
+        from polyprof_builtins.stacks import (
             collapsed_stack_lines,
             collapsed_stack_lines_of_objects,
             write_lines,
@@ -1519,7 +1519,7 @@ class ProfileResults:
         :param include_python_functions: None: the installed torch's default (python_function
             events are left out from torch 2.14, kept before).
         """
-        from polyprof.plugins.key_averages import KeyAverages, KeyAveragesSummary
+        from polyprof_builtins.key_averages import KeyAverages, KeyAveragesSummary
 
         aggregator = (self.aggregators or {}).get("key_averages") or KeyAverages()
         # Given only when asked, so aggregators written before the option keep working.

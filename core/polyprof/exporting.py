@@ -88,7 +88,7 @@ def export_timeout_s(trace: Trace | None = None) -> float | None:
 
 
 def exporter_origin(exporter: Exporter, plugin_manager: Any = None) -> str:
-    """``'chrome' (polyprof.plugins.chrome_trace.ChromeTraceExporter, plugin 'chrome_trace')``, for messages."""
+    """``'chrome' (polyprof_builtins.chrome_trace.ChromeTraceExporter, plugin 'chrome_trace')``, for messages."""
     cls = type(exporter)
     name = getattr(exporter, "name", "?")
     where = f"{cls.__module__}.{cls.__qualname__}"

@@ -61,11 +61,11 @@ CORE_DISTRIBUTION: Final = "polyprof"
 #: autoload is off or the core's metadata is missing (running from a checkout).
 BUILTIN_PLUGINS: Final[Mapping[str, str]] = types.MappingProxyType(
     {
-        "torch_cpu": "polyprof.plugins.torch_cpu",
-        "key_averages": "polyprof.plugins.key_averages",
-        "chrome_trace": "polyprof.plugins.chrome_trace",
-        "stacks": "polyprof.plugins.stacks",
-        "itt_export": "polyprof.plugins.itt_export",
+        "torch_cpu": "polyprof_builtins.torch_cpu",
+        "key_averages": "polyprof_builtins.key_averages",
+        "chrome_trace": "polyprof_builtins.chrome_trace",
+        "stacks": "polyprof_builtins.stacks",
+        "itt_export": "polyprof_builtins.itt_export",
     }
 )
 

@@ -12,7 +12,7 @@ calls are cheap no-ops. Importing this module does not import torch; torch is
 imported at the first call.
 
 To replay a *recorded* polyprof trace into VTune instead, use the ``itt``
-exporter (``prof.export(path, format="itt")``, see ``polyprof.plugins.itt_export``).
+exporter (``prof.export(path, format="itt")``, see ``polyprof_builtins.itt_export``).
 """
 
 from __future__ import annotations

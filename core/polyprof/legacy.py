@@ -358,7 +358,7 @@ class profile:  # noqa: N801 - torch's name
 
 
 def _is_builtin_key_averages(aggregator: Any) -> bool:
-    from polyprof.plugins.key_averages import KeyAverages
+    from polyprof_builtins.key_averages import KeyAverages
 
     return type(aggregator) is KeyAverages
 

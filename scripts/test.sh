@@ -11,9 +11,10 @@
 source "$(dirname "${BASH_SOURCE[0]}")/_setup_env.sh"
 cd "$ROOT"
 # The GPU plugins, installed separately as users install them; on torch's CPU build they report
-# "unavailable", and their device decoding is tested with stand-ins of torch's _KinetoEvents.
-# HolisticTraceAnalysis reads our CUDA traces in tests/cuda/test_cuda_hta.py (HTA 0.5 needs
-# pandas < 3).
+# "unavailable", and their device decoding is tested with stand-ins of torch's _KinetoEvents. Each
+# carries its own tests (plugins_cuda/tests, plugins_xpu/tests), which the whole-suite run collects
+# with tests/ (testpaths in pyproject.toml). HolisticTraceAnalysis reads our CUDA traces in
+# plugins_cuda/tests/test_cuda_hta.py (HTA 0.5 needs pandas < 3).
 pip_install -e plugins_cuda -e plugins_xpu "HolisticTraceAnalysis>=0.5" "pandas<3"
 
 EXTRA_VERSIONS="${POLYPROF_TEST_TORCH_VERSIONS-2.6.0 2.15.0}"

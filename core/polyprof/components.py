@@ -3,7 +3,7 @@
 Hooks (``polyprof.hookspecs``) build these objects once per session; after that
 polyprof calls their methods directly, never a hook per event.
 
-Threads: ``Tracer.prepare/start/stop`` run on the profiled (user's) thread,
+Threads: ``Tracer.configure/prepare/start/stop/toggle_collection`` run on the profiled (user's) thread,
 because torch's profiler state is per thread. ``Tracer.decode`` runs on the bus thread;
 ``Subscriber.consume`` and ``Subscriber.finish`` run on a bus worker thread,
 one call at a time per subscriber, never on the user's thread (so a slow
@@ -85,10 +85,12 @@ class Outbox:
 class Tracer(abc.ABC):
     """Records one or more activities and hands raw data to ``outbox``.
 
-    Life cycle per recording: ``prepare`` (optional warm-up), ``start``,
-    ``stop``. ``stop`` must leave everything recorded in the outbox and then
-    close it. ``decode`` turns an outbox item into event batches on the bus
-    thread; the default treats items as ready ``EventBatch`` objects.
+    Life cycle per recording: ``configure`` (when the session's configuration
+    changed), ``prepare`` (optional warm-up), ``start``, ``stop``. ``stop``
+    must leave everything recorded in the outbox and then close it. ``decode``
+    turns an outbox item into event batches on the bus thread; the default
+    treats items as ready ``EventBatch`` objects. ``toggle_collection`` pauses
+    and resumes a running recording, for tracers that can.
     """
 
     #: Short name, unique per session ("torch_cpu", "cupti").
@@ -100,9 +102,22 @@ class Tracer(abc.ABC):
     #: its thread stays asleep while recording (torch's Python tracer records every thread's
     #: frames; a polling loop would add thousands of them and slow ``with_stack`` profiles).
     hands_over_while_recording: bool = True
+    #: The session's configuration as last handed over by ``configure``; a tracer that takes it in
+    #: its constructor (``polyprof_make_tracers(config)``) sets it there.
+    config: ProfileConfig
 
     def __init__(self) -> None:
         self.outbox = Outbox()
+
+    def configure(self, config: ProfileConfig) -> None:
+        """Take the session's new configuration before a recording's ``prepare`` (user's thread).
+
+        Called when the configuration changed since the tracer was made: each
+        cycle of ``polyprof.profile`` has its own ``trace_id``. Default: keep it
+        as ``self.config``. An override that keeps its own state should call
+        ``super().configure(config)``.
+        """
+        self.config = config
 
     def prepare(self) -> None:  # noqa: B027 - optional hook
         """Warm up before ``start`` (user's thread). Default: nothing."""
@@ -117,6 +132,17 @@ class Tracer(abc.ABC):
 
     def flush(self) -> None:  # noqa: B027 - optional hook
         """Hand over native buffers that are complete (any thread). Default: nothing."""
+
+    def toggle_collection(self, enable: bool, activities: frozenset[ProfilerActivity]) -> None:
+        """Pause (``enable=False``) or resume collection of ``activities`` while recording (user's thread).
+
+        torch's ``toggle_collection_dynamic``: the session asks each tracer
+        that records one of ``activities`` (which may name others' too).
+        Default: refuse with ``NotImplementedError`` naming this tracer and the
+        activities, as torch refuses what its collector cannot pause.
+        """
+        names = ", ".join(sorted(activity.name for activity in self.activities & activities))
+        raise NotImplementedError(f"tracer {self.name!r} cannot pause collection of {names or 'anything'}")
 
     def decode(self, item: Any) -> Iterable[EventBatch]:
         """Turn an outbox item into event batches (bus thread)."""
@@ -186,6 +212,3 @@ __all__ = [
     "Tracer",
     "check_component",
 ]
-
-if TYPE_CHECKING:  # names used only in annotations above
-    _ = (ProfileConfig,)

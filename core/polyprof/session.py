@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -27,12 +26,13 @@ from polyprof.errors import ActivityUnavailableError, PolyprofError
 from polyprof.events import EventBatch, concat
 from polyprof.registry import HookFailure, PluginFailureWarning
 from polyprof.trace import Trace
+from polyprof.user_warnings import (
+    ActivityUnavailableWarning,  # noqa: F401 - still importable from here
+    user_stacklevel,
+    warn_activity_unavailable,
+)
 
 log = get_logger(__name__)
-
-
-class ActivityUnavailableWarning(UserWarning):
-    """An activity's plugin is installed but cannot record here; profiling goes on without it."""
 
 
 class TraceCollector(Subscriber):
@@ -49,40 +49,6 @@ class TraceCollector(Subscriber):
     def take(self) -> list[EventBatch]:
         batches, self._batches = self._batches, []
         return batches
-
-
-def _internal_frame(frame: Any) -> bool:
-    """polyprof's own frames (core and plugins: modules named ``polyprof*``) and contextlib's."""
-    module = frame.f_globals.get("__name__", "")
-    return module.startswith("polyprof") or module == "contextlib"
-
-
-def user_stacklevel() -> int:
-    """The ``stacklevel`` that makes a warning point at the first frame outside polyprof.
-
-    Sessions are driven from several entry points (``profile.__enter__``,
-    ``start``, ``step``, the legacy profile, the shims) and plugins warn from
-    their tracers, each at its own depth.
-    """
-    frame = sys._getframe(1)
-    level = 1
-    while frame is not None and _internal_frame(frame):
-        frame = frame.f_back
-        level += 1
-    return level
-
-
-def warn_activity_unavailable(
-    activity: ProfilerActivity, reason: str, category: type[Warning] = ActivityUnavailableWarning
-) -> None:
-    """Say, at the user's line, that ``activity`` is not recorded and why; profiling goes on without it."""
-    log.warning("activity_unavailable", activity=activity.name, reason=reason)
-    warnings.warn(
-        f"{activity.name} profiling is not available here ({reason}); profiling continues without "
-        f"ProfilerActivity.{activity.name}",
-        category,
-        stacklevel=user_stacklevel(),
-    )
 
 
 def resolve_activities(pm: Any, requested: frozenset[ProfilerActivity] | None) -> frozenset[ProfilerActivity]:
@@ -241,12 +207,11 @@ class Session:
     # ---------------------------------------------------------- recording
 
     def prepare(self, trace_id: str = "") -> None:
-        """Warm up every tracer (caller's thread)."""
+        """Warm up every tracer (caller's thread); a new ``trace_id`` reaches them through ``configure``."""
         if trace_id and trace_id != self.config.trace_id:
             self.config = attrs.evolve(self.config, trace_id=trace_id)
             for tracer in self.tracers:
-                if hasattr(tracer, "config"):
-                    tracer.config = self.config
+                tracer.configure(self.config)
         for tracer in self.tracers:
             tracer.prepare()
 
@@ -387,16 +352,14 @@ class Session:
         _warn_plugin_failures(self.plugin_manager.hook_failures()[seen:])
 
     def toggle_collection(self, enable: bool, activities: frozenset[ProfilerActivity]) -> None:
-        """Pause or resume collection of ``activities`` (torch's toggle_collection_dynamic)."""
+        """Pause or resume collection of ``activities`` (torch's toggle_collection_dynamic).
+
+        Each tracer recording one of them is asked; one that cannot pause raises ``NotImplementedError``
+        naming itself (``Tracer.toggle_collection``'s default).
+        """
         for tracer in self.tracers:
             if tracer.activities & activities:
-                toggle = getattr(tracer, "toggle_collection", None)
-                if toggle is None:
-                    raise NotImplementedError(
-                        f"tracer {tracer.name!r} cannot pause collection of "
-                        f"{', '.join(sorted(a.name for a in tracer.activities & activities))}"
-                    )
-                toggle(enable, activities)
+                tracer.toggle_collection(enable, activities)
 
     # -------------------------------------------------------------- output
 

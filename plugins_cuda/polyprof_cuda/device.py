@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Any
 
-from polyprof._log import get_logger
+from polyprof.log import get_logger
 
 log = get_logger(__name__)
 

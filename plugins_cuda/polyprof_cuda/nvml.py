@@ -32,10 +32,10 @@ from typing import Any
 
 import attrs
 import numpy as np
-from polyprof._log import get_logger
 from polyprof.components import Tracer
 from polyprof.events import DeviceType, EventBatch, EventKind
-from polyprof.session import ActivityUnavailableWarning, user_stacklevel
+from polyprof.log import get_logger
+from polyprof.user_warnings import ActivityUnavailableWarning, user_stacklevel
 
 log = get_logger(__name__)
 

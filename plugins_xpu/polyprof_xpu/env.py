@@ -23,7 +23,7 @@ import warnings
 from typing import Any
 
 import attrs
-from polyprof._log import get_logger
+from polyprof.log import get_logger
 
 log = get_logger(__name__)
 

@@ -1,5 +1,5 @@
 """Sessions in polyprof-xpu's Kineto mode, run in their own process by
-tests/xpu/test_xpu_kineto_mode.py (torch's CPU build keeps Kineto device state once asked
+plugins_xpu/tests/test_xpu_kineto_mode.py (torch's CPU build keeps Kineto device state once asked
 for XPU)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from polyprof.testing import make_plugin_manager_for_tests
 from polyprof_xpu import kineto
 from polyprof_xpu import plugin as xpu_plugin
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "xpu"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from test_xpu_kineto_mode import xpu_build  # noqa: F401 - the fixture, shared
 

@@ -1,9 +1,12 @@
-"""Helpers for polyprof-xpu's tests.
+"""Fixtures for polyprof-xpu's tests.
 
 No Intel GPU exists here, and polyprof-xpu records XPU only through an XPU
 build of torch: the tests stand in for that build's record
 (``torch_support.installed_build``) and for torch's ``_KinetoEvent``
 (``kineto_standins.py``). Nothing here has run on Intel hardware.
+
+These tests run in the same pytest run as polyprof's own (tests/) and
+polyprof-cuda's, so this file is never imported by name: helpers are fixtures.
 """
 
 from __future__ import annotations
@@ -11,12 +14,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 #: Environment variables the plugin reads; cleared around the tests that use ``xpu_env``.
 TEST_ENV = ("IPEX_ZE_TRACING", "ZE_ENABLE_TRACING_LAYER")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The differential subset (``-m torch_oracle``) lives in tests/: none of it is here, and the
+    other torch versions' venvs (scripts/torch_matrix.py) do not install polyprof-xpu."""
+    return True if config.getoption("markexpr", "") == "torch_oracle" else None
 
 
 @pytest.fixture
@@ -27,10 +37,16 @@ def xpu_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     yield monkeypatch
 
 
-def run_python(code: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter with ``env`` added to a copy of this environment."""
+def _run_python(code: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if k not in TEST_ENV}
     full.update(env)
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=timeout, check=False
     )
+
+
+@pytest.fixture
+def run_python() -> Callable[..., subprocess.CompletedProcess]:
+    """``run_python(code, env, timeout=120)``: run ``code`` in a fresh interpreter with ``env`` added to
+    a copy of this environment, less the plugin's variables."""
+    return _run_python

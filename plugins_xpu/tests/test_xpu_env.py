@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from conftest import run_python
 from polyprof_xpu import env
 
 
@@ -54,7 +53,7 @@ def test_too_late_warns(monkeypatch: pytest.MonkeyPatch) -> None:
     assert result.too_late and environ["ZE_ENABLE_TRACING_LAYER"] == "1"
 
 
-def test_loading_the_plugin_sets_the_layer_in_a_fresh_process() -> None:
+def test_loading_the_plugin_sets_the_layer_in_a_fresh_process(run_python) -> None:
     proc = run_python(
         "import os, warnings; warnings.simplefilter('error');"
         "import polyprof_xpu.plugin as p;"
@@ -65,7 +64,7 @@ def test_loading_the_plugin_sets_the_layer_in_a_fresh_process() -> None:
     assert proc.stdout.split() == ["1", "False"]
 
 
-def test_loading_after_level_zero_started_warns_in_a_fresh_process(tmp_path) -> None:
+def test_loading_after_level_zero_started_warns_in_a_fresh_process(tmp_path, run_python) -> None:
     """A file mapped under the loader's name is what /proc/self/maps shows once Level Zero has loaded."""
     loader = tmp_path / "libze_loader.so.1"
     loader.write_bytes(b"\0" * 4096)

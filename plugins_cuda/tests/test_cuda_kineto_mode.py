@@ -9,7 +9,6 @@ result back and synchronizes, and CUPTI reports an overhead row.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from polyprof.activity import ProfilerActivity
@@ -185,7 +184,7 @@ def test_a_session_in_kineto_mode_asks_torchs_collector_for_cuda() -> None:
 
     from polyprof.testing import run_pytest_in_child
 
-    path = Path(__file__).resolve().parents[1] / "in_child" / "cuda_sessions.py"
+    path = Path(__file__).resolve().parent / "in_child" / "cuda_sessions.py"
     assert "1 passed" in run_pytest_in_child(str(path))
 
 
@@ -195,8 +194,8 @@ def test_without_a_device_cuda_is_unavailable_as_torch_says(
     """torch.profiler lists CUDA only with a device: the default activities and the warning match."""
     import polyprof
     import torch
-    from polyprof.session import ActivityUnavailableWarning
     from polyprof.testing import make_plugin_manager_for_tests
+    from polyprof.user_warnings import ActivityUnavailableWarning
     from polyprof_cuda import plugin
 
     monkeypatch.setattr(kineto, "kineto_mode_reason", lambda: "torch 2.11.0+cu130 sees no CUDA device")

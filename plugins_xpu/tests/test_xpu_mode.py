@@ -7,7 +7,6 @@ checked whatever torch is installed here.
 from __future__ import annotations
 
 import pytest
-from conftest import run_python
 from polyprof import torch_support
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
@@ -93,7 +92,7 @@ def test_the_build_is_the_reason_given_before_ipex_ze_tracing(
     assert xpu_plugin.polyprof_capabilities().unavailable_reason == CPU_REASON
 
 
-def test_listing_plugins_never_imports_torch() -> None:
+def test_listing_plugins_never_imports_torch(run_python) -> None:
     proc = run_python(
         "import sys; import polyprof_xpu.plugin as p; caps = p.polyprof_capabilities();"
         "print('torch' in sys.modules, caps.unavailable_reason is not None or caps.mode is not None)",

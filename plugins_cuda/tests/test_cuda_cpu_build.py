@@ -22,8 +22,8 @@ from polyprof.events import EventKind
 torch = pytest.importorskip("torch")
 
 import polyprof
-from polyprof.session import ActivityUnavailableWarning
 from polyprof.testing import make_plugin_manager_for_tests
+from polyprof.user_warnings import ActivityUnavailableWarning
 from polyprof_cuda import kineto, plugin
 
 CPU_BUILD = torch_support.TorchBuild("2.13.0+cpu")

@@ -1,5 +1,5 @@
 """A session in polyprof-cuda's Kineto mode, run in its own process by
-tests/cuda/test_cuda_kineto_mode.py (torch's CPU build keeps Kineto device state once asked
+plugins_cuda/tests/test_cuda_kineto_mode.py (torch's CPU build keeps Kineto device state once asked
 for CUDA)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from polyprof.activity import ProfilerActivity
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cuda"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from test_cuda_kineto_mode import cuda_build  # noqa: F401 - the fixture, shared
 

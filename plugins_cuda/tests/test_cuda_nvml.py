@@ -428,8 +428,8 @@ def test_hta_still_loads_a_cuda_trace_with_counters(tmp_path):
     pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis is not installed")
     from hta.trace_analysis import TraceAnalysis
     from polyprof.events import concat
-    from polyprof_builtins.chrome_trace import ChromeTraceExporter
     from polyprof.testing import make_trace
+    from polyprof_builtins.chrome_trace import ChromeTraceExporter
     from test_cuda_hta import build_trace
 
     plain = build_trace()

@@ -58,14 +58,14 @@ def test_the_session_asks_torchs_collector_for_xpu() -> None:
 
     from polyprof.testing import run_pytest_in_child
 
-    path = Path(__file__).resolve().parents[1] / "in_child" / "xpu_sessions.py"
+    path = Path(__file__).resolve().parent / "in_child" / "xpu_sessions.py"
     assert "2 passed" in run_pytest_in_child(str(path))
 
 
 def _profile_cpu_and_xpu(match: str) -> object:
     import polyprof
-    from polyprof.session import ActivityUnavailableWarning
     from polyprof.testing import make_plugin_manager_for_tests
+    from polyprof.user_warnings import ActivityUnavailableWarning
 
     pm = make_plugin_manager_for_tests(("xpu", xpu_plugin), builtins=True)
     with (
@@ -174,8 +174,8 @@ def test_before_2_12_only_api_names_are_claimed(name: str, kind: EventKind | Non
 
 def test_the_cpu_tracer_leaves_the_xpu_rows_to_the_xpu_tracer() -> None:
     """Each row of one result is decoded exactly once, by the CPU or the XPU tracer."""
-    from polyprof_builtins import torch_cpu
     from polyprof.torch_result import DeviceRowClaims
+    from polyprof_builtins import torch_cpu
 
     claims = DeviceRowClaims.of([kineto.KinetoXpuTracer()])
     ops = [r[0] for r in ROWS if r[1] == "cpu_op"]
@@ -219,8 +219,8 @@ def test_another_devices_rows_are_not_xpu_rows() -> None:
 
 def _trace():
     """The stand-in result decoded as a session decodes it: the CPU tracer's rows and the XPU tracer's."""
-    from polyprof_builtins import torch_cpu
     from polyprof.torch_result import DeviceRowClaims
+    from polyprof_builtins import torch_cpu
 
     result = CollectorResult(Raw())
     config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.XPU}, torch_activities={"XPU"})

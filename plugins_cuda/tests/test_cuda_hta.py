@@ -24,10 +24,10 @@ from polyprof.activity import ProfilerActivity
 from polyprof.attribution import link_launches
 from polyprof.config import ProfileConfig
 from polyprof.events import concat
-from polyprof_builtins import torch_cpu
-from polyprof_builtins.chrome_trace import ChromeTraceExporter
 from polyprof.testing import make_trace
 from polyprof.torch_result import CollectorResult
+from polyprof_builtins import torch_cpu
+from polyprof_builtins.chrome_trace import ChromeTraceExporter
 from polyprof_cuda import kineto
 from test_cuda_kineto_mode import OS_TID, PID, KinetoEvent
 

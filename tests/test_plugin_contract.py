@@ -1,0 +1,333 @@
+"""The public plugin contract (issue 11, "The house" 3).
+
+docs/plugin-author-guide.md section 5 lists what a plugin may import; section 3 the hooks; section 4
+the components' methods. These tests keep that text and the code in agreement, keep polyprof-cuda
+and polyprof-xpu within the contract, and check that the session drives tracers only through methods
+their base class declares.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import polyprof
+import pytest
+import tomllib
+from packaging.requirements import Requirement
+from polyprof import hookspecs
+from polyprof.activity import ProfilerActivity
+from polyprof.components import Aggregator, Exporter, Subscriber, Tracer
+from polyprof.testing import ComponentPlugin, FakeTracer, make_plugin_manager_for_tests
+
+ROOT = Path(__file__).resolve().parents[1]
+GUIDE = ROOT / "docs" / "plugin-author-guide.md"
+#: The GPU distributions: (project folder, import package).
+GPU_DISTRIBUTIONS = (("plugins_cuda", "polyprof_cuda"), ("plugins_xpu", "polyprof_xpu"))
+BACKTICKED_NAME = re.compile(r"`([A-Za-z_][A-Za-z0-9_.]*)`")
+
+
+def guide_section(number: int) -> str:
+    """The text of section ``number`` of the plugin author guide, heading included."""
+    text = GUIDE.read_text()
+    start = re.search(rf"^## {number}\. .*$", text, re.MULTILINE)
+    assert start is not None, f"the guide has no section {number}"
+    end = re.search(r"^## \d+\. ", text[start.end() :], re.MULTILINE)
+    return text[start.start() : start.end() + end.start()] if end else text[start.start() :]
+
+
+def contract() -> dict[str, frozenset[str]]:
+    """Section 5's table: module -> the names a plugin may import from it."""
+    rows = {}
+    for line in guide_section(5).splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`polyprof"):
+            continue
+        [module] = BACKTICKED_NAME.findall(cells[0])
+        rows[module] = frozenset(BACKTICKED_NAME.findall(cells[1]))
+    return rows
+
+
+CONTRACT = contract()
+
+
+def test_the_guide_lists_the_contract() -> None:
+    assert {"polyprof", "polyprof.components", "polyprof.hookspecs", "polyprof.log"} <= set(CONTRACT)
+    assert all(CONTRACT.values()), "every contract module names what a plugin uses of it"
+
+
+@pytest.mark.parametrize("module", sorted(CONTRACT))
+def test_every_contract_name_is_public_and_exists(module: str) -> None:
+    assert not any(part.startswith("_") for part in module.split(".")), f"{module} is private"
+    imported = importlib.import_module(module)
+    for name in sorted(CONTRACT[module]):
+        assert not name.startswith("_"), f"{module}.{name} is private"
+        assert hasattr(imported, name), f"the guide's contract names {module}.{name}, which does not exist"
+
+
+def test_the_logging_and_warning_entry_points_are_public() -> None:
+    from polyprof import _log, log, session, user_warnings
+
+    assert _log.get_logger is log.get_logger  # plugins written against the old guide keep working
+    assert session.ActivityUnavailableWarning is user_warnings.ActivityUnavailableWarning
+    assert issubclass(user_warnings.ActivityUnavailableWarning, polyprof.errors.PolyprofWarning)
+    assert isinstance(log.get_logger("polyprof_plugin"), log.Logger)
+
+
+# ----------------------------------------------------------- the GPU distributions
+
+
+def gpu_sources(*, tests: bool) -> Iterator[Path]:
+    for folder, package in GPU_DISTRIBUTIONS:
+        yield from sorted((ROOT / folder / package).rglob("*.py"))
+        if tests:
+            yield from sorted((ROOT / folder / "tests").rglob("*.py"))
+
+
+def polyprof_imports(path: Path) -> Iterator[tuple[int, str, str | None]]:
+    """(line, module, name or None) for each import of polyprof or one of its modules in ``path``."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "polyprof" or alias.name.startswith("polyprof."):
+                    yield node.lineno, alias.name, None
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module is not None
+            and (node.module == "polyprof" or node.module.startswith("polyprof."))
+        ):
+            for alias in node.names:
+                yield node.lineno, node.module, alias.name
+
+
+def test_the_gpu_distributions_import_nothing_private_of_polyprof() -> None:
+    """Sources and tests: no ``polyprof._*`` module and no ``_name`` from any polyprof module."""
+    private = []
+    for path in gpu_sources(tests=True):
+        for line, module, name in polyprof_imports(path):
+            parts = [*module.split("."), *([name] if name else [])]
+            if any(part.startswith("_") for part in parts):
+                private.append(f"{path.relative_to(ROOT)}:{line}: {'.'.join(parts)}")
+    assert not private, "private polyprof names imported:\n" + "\n".join(private)
+
+
+def test_the_gpu_distributions_import_only_the_contract() -> None:
+    """Their packages (not their tests, which may also check core internals) stay within section 5."""
+    outside = []
+    for path in gpu_sources(tests=False):
+        for line, module, name in polyprof_imports(path):
+            allowed = (
+                module in CONTRACT
+                if name is None
+                else (name in CONTRACT.get(module, ()) or f"{module}.{name}" in CONTRACT)
+            )
+            if not allowed:
+                outside.append(f"{path.relative_to(ROOT)}:{line}: {module}{'.' + name if name else ''}")
+    assert not outside, "imports outside the guide's contract (section 5):\n" + "\n".join(outside)
+
+
+def test_the_scan_sees_a_private_import(tmp_path: Path) -> None:
+    """The scan reads every import form that could reach a private name."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import polyprof._log\nfrom polyprof import _log\nfrom polyprof.session import user_stacklevel as u\n"
+        "def f():\n    from polyprof.session import _internal_frame\n"
+    )
+    assert sorted(polyprof_imports(sample)) == [
+        (1, "polyprof._log", None),
+        (2, "polyprof", "_log"),
+        (3, "polyprof.session", "user_stacklevel"),
+        (5, "polyprof.session", "_internal_frame"),
+    ]
+
+
+@pytest.mark.parametrize("package", [package for _, package in GPU_DISTRIBUTIONS])
+def test_every_module_of_the_gpu_distributions_imports(package: str) -> None:
+    top = importlib.import_module(package)
+    names = [info.name for info in pkgutil.walk_packages(top.__path__, prefix=f"{package}.")]
+    files = sorted(p.stem for p in Path(top.__file__).parent.glob("*.py") if p.stem != "__init__")
+    assert sorted(name.rsplit(".", 1)[1] for name in names) == files
+    for name in names:
+        importlib.import_module(name)
+
+
+@pytest.mark.parametrize(("folder", "package"), GPU_DISTRIBUTIONS)
+def test_the_gpu_distributions_are_typed_and_pin_a_compatible_polyprof(folder: str, package: str) -> None:
+    project = tomllib.loads((ROOT / folder / "pyproject.toml").read_text())
+    assert project["tool"]["setuptools"]["package-data"][package] == ["py.typed"]
+    assert (ROOT / folder / package / "py.typed").is_file()
+    assert (Path(importlib.import_module(package).__file__).parent / "py.typed").is_file()
+    [pin] = [Requirement(r) for r in project["project"]["dependencies"] if Requirement(r).name == "polyprof"]
+    major, minor, _ = (int(part) for part in polyprof.__version__.split("."))
+    assert pin.specifier.contains(polyprof.__version__), f"{pin} excludes this polyprof"
+    assert not pin.specifier.contains(f"{major}.{minor + 1}.0"), f"{pin} has no upper bound"
+
+
+def test_the_gpu_distributions_carry_their_own_tests() -> None:
+    core = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    testpaths = core["tool"]["pytest"]["ini_options"]["testpaths"]
+    for folder, _ in GPU_DISTRIBUTIONS:
+        assert f"{folder}/tests" in testpaths, "the whole-suite run must collect them"
+        assert list((ROOT / folder / "tests").glob("test_*.py"))
+    assert not (ROOT / "tests" / "cuda").exists() and not (ROOT / "tests" / "xpu").exists()
+
+
+# ---------------------------------------------------------------- hooks and guide
+
+
+def hookspec_signatures() -> dict[str, list[str]]:
+    return {
+        name: list(inspect.signature(fn).parameters)
+        for name, fn in vars(hookspecs).items()
+        if name.startswith("polyprof_") and hasattr(fn, "polyprof_spec")
+    }
+
+
+def arguments(text: str) -> list[str]:
+    """``"config, name"`` or ``"self, config: ProfileConfig"`` -> the parameter names, ``self`` left out."""
+    names = [part.split(":")[0].split("=")[0].strip().lstrip("*") for part in text.split(",")]
+    return [name for name in names if name and name != "self"]
+
+
+def test_every_hook_has_its_heading_in_the_guide_with_its_arguments() -> None:
+    headings = {
+        name: arguments(args)
+        for name, args in re.findall(r"^### `(polyprof_\w+)\(([^)]*)\)", guide_section(3), re.MULTILINE)
+    }
+    assert headings == hookspec_signatures()
+
+
+def test_every_hook_the_guide_names_exists_with_those_arguments() -> None:
+    """Anywhere in the guide, ``polyprof_x(...)`` is a hook; an implementation may take a subset."""
+    specs = hookspec_signatures()
+    mentions = re.findall(r"\b(polyprof_\w+)\(([^()]*)\)", GUIDE.read_text())
+    assert len(mentions) > len(specs)
+    for name, args in mentions:
+        assert name in specs, f"the guide names a hook {name!r} that hookspecs.py does not have"
+        extra = set(arguments(args)) - set(specs[name])
+        assert not extra, f"the guide gives {name} arguments it does not have: {sorted(extra)}"
+
+
+def test_the_arguments_test_reads_signatures() -> None:
+    assert arguments("config, name") == ["config", "name"]
+    assert arguments("self, config: ProfileConfig, *, n=10, **options") == ["config", "n", "options"]
+    assert arguments("") == []
+
+
+COMPONENTS = {"Tracer": Tracer, "Subscriber": Subscriber, "Aggregator": Aggregator, "Exporter": Exporter}
+
+
+def component_bullets() -> dict[str, str]:
+    """Section 4's bullet of each component class."""
+    bullets = re.split(r"^- \*\*`(\w+)`\*\*:", guide_section(4), flags=re.MULTILINE)
+    return {bullets[i]: bullets[i + 1] for i in range(1, len(bullets), 2)}
+
+
+def public_members(cls: type) -> set[str]:
+    """What a component class declares, its bases' included (attributes, annotations, methods)."""
+    members: set[str] = set()
+    for klass in cls.__mro__:
+        if klass is object or klass.__module__ == "abc":
+            continue
+        members |= {name for name in vars(klass) if not name.startswith("_")}
+        members |= {name for name in getattr(klass, "__annotations__", {}) if not name.startswith("_")}
+    return members
+
+
+@pytest.mark.parametrize("component", sorted(COMPONENTS))
+def test_the_guide_documents_each_component_method_as_declared(component: str) -> None:
+    cls = COMPONENTS[component]
+    text = component_bullets()[component]
+    documented_calls = dict(re.findall(r"`(\w+)\(([^()]*)\)(?: -> [^`]*)?`", text))
+    for method, args in documented_calls.items():
+        assert callable(getattr(cls, method, None)), f"the guide gives {component}.{method}(), which it lacks"
+        declared = [p for p in inspect.signature(getattr(cls, method)).parameters if p != "self"]
+        assert arguments(args) == declared, f"{component}.{method}: guide {args!r}, code {declared}"
+    documented = {name for name in BACKTICKED_NAME.findall(text)} | set(documented_calls)
+    missing = public_members(cls) - documented
+    assert not missing, f"section 4 does not document {component}'s {sorted(missing)}"
+
+
+# -------------------------------------------------- the session calls declared methods
+
+
+class ConfigRecordingTracer(FakeTracer):
+    """Remembers each configuration handed over, as a tracer keeping its own state would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trace_ids: list[str] = []
+
+    def configure(self, config: polyprof.config.ProfileConfig) -> None:
+        super().configure(config)
+        self.trace_ids.append(config.trace_id)
+
+
+def profile_cycles(tracer: Tracer, trace_ids: list[str]) -> None:
+    """Record ``len(trace_ids)`` cycles of one profile with ``tracer`` as its only tracer."""
+    pm = make_plugin_manager_for_tests(ComponentPlugin(tracers=[tracer]))
+    ids = iter(trace_ids)
+    with polyprof.profile(
+        activities=[ProfilerActivity.CPU],
+        plugin_manager=pm,
+        schedule=polyprof.schedule(wait=0, warmup=0, active=1, repeat=len(trace_ids)),
+        custom_trace_id_callback=lambda: next(ids),
+        on_trace_ready=lambda prof: None,
+    ) as prof:
+        for _ in trace_ids:
+            prof.step()
+
+
+def test_each_cycles_configuration_reaches_the_tracer_through_configure() -> None:
+    tracer = ConfigRecordingTracer()
+    profile_cycles(tracer, ["FIRST", "SECOND"])
+    assert tracer.trace_ids == ["FIRST", "SECOND"]
+    assert tracer.config.trace_id == "SECOND"
+
+
+def test_the_default_configure_keeps_the_configuration() -> None:
+    """A tracer written before ``configure`` existed (no override) still gets ``config``."""
+    tracer = FakeTracer()
+    profile_cycles(tracer, ["ONLY"])
+    assert tracer.config.trace_id == "ONLY"
+    assert tracer.config.activities == frozenset({ProfilerActivity.CPU})
+
+
+def test_a_tracer_that_cannot_pause_refuses_naming_itself_and_the_activities() -> None:
+    tracer = FakeTracer(name="no_pause", activities=("cpu", "cuda"))
+    with pytest.raises(
+        NotImplementedError, match=r"^tracer 'no_pause' cannot pause collection of CPU, CUDA$"
+    ):
+        tracer.toggle_collection(False, frozenset(ProfilerActivity))
+    pm = make_plugin_manager_for_tests(ComponentPlugin(tracers=[FakeTracer(name="no_pause")]))
+    with (
+        polyprof.profile(activities=[ProfilerActivity.CPU], plugin_manager=pm) as prof,
+        pytest.raises(NotImplementedError, match=r"tracer 'no_pause' cannot pause collection of CPU"),
+    ):
+        prof.toggle_collection_dynamic(False, [ProfilerActivity.CPU])
+
+
+class PausingTracer(FakeTracer):
+    def __init__(self) -> None:
+        super().__init__(name="pausing")
+        self.toggles: list[tuple[bool, frozenset[ProfilerActivity]]] = []
+
+    def toggle_collection(self, enable: bool, activities: frozenset[ProfilerActivity]) -> None:
+        self.toggles.append((enable, activities))
+
+
+def test_the_session_asks_the_tracers_of_the_toggled_activities() -> None:
+    pausing = PausingTracer()
+    pm = make_plugin_manager_for_tests(ComponentPlugin(tracers=[pausing]))
+    with polyprof.profile(activities=[ProfilerActivity.CPU], plugin_manager=pm) as prof:
+        prof.toggle_collection_dynamic(False, [ProfilerActivity.CPU])
+        prof.toggle_collection_dynamic(True, ["cpu"])
+        prof.toggle_collection_dynamic(False, [ProfilerActivity.CUDA])  # none of its activities: not asked
+    cpu = frozenset({ProfilerActivity.CPU})
+    assert pausing.toggles == [(False, cpu), (True, cpu)]

@@ -13,6 +13,10 @@ import importlib
 import inspect
 import pkgutil
 import re
+import shutil
+import subprocess
+import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,6 +171,37 @@ def test_the_gpu_distributions_are_typed_and_pin_a_compatible_polyprof(folder: s
     major, minor, _ = (int(part) for part in polyprof.__version__.split("."))
     assert pin.specifier.contains(polyprof.__version__), f"{pin} excludes this polyprof"
     assert not pin.specifier.contains(f"{major}.{minor + 1}.0"), f"{pin} has no upper bound"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("folder", "package"), GPU_DISTRIBUTIONS)
+def test_the_gpu_wheels_ship_py_typed_and_the_pin(folder: str, package: str, tmp_path: Path) -> None:
+    """The wheel, not just the checkout: ``py.typed`` inside, the tests outside, the polyprof pin declared."""
+    source = tmp_path / folder
+    shutil.copytree(
+        ROOT / folder, source, ignore=shutil.ignore_patterns("*.egg-info", "__pycache__", "build")
+    )
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    [wheel] = tmp_path.glob(f"{package}-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        [metadata] = [name for name in names if name.endswith(".dist-info/METADATA")]
+        requires = [
+            Requirement(line.split(":", 1)[1].strip())
+            for line in archive.read(metadata).decode().splitlines()
+            if line.startswith("Requires-Dist:")
+        ]
+    assert f"{package}/py.typed" in names and f"{package}/plugin.py" in names
+    assert not any(name.startswith(("tests/", f"{package}/tests/")) for name in names)
+    [pin] = [r for r in requires if r.name == "polyprof"]
+    assert pin.specifier.contains(polyprof.__version__) and not pin.specifier.contains("0.2.0")
 
 
 def test_the_gpu_distributions_carry_their_own_tests() -> None:

@@ -19,7 +19,7 @@ import attrs
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity, coerce_activity
 from polyprof.attribution import link_launches
-from polyprof.bus import EventBus
+from polyprof.bus import EventBus, Sink
 from polyprof.components import Aggregator, Exporter, Subscriber, Tracer
 from polyprof.config import ProfileConfig
 from polyprof.errors import ActivityUnavailableError, PolyprofError
@@ -35,8 +35,14 @@ from polyprof.user_warnings import (
 log = get_logger(__name__)
 
 
-class TraceCollector(Subscriber):
-    """The built-in subscriber that keeps a recording's batches for its ``Trace``."""
+class TraceCollector(Sink):
+    """The core's own collection: keeps every batch of a recording for its ``Trace``.
+
+    A ``polyprof.bus.Sink``: the bus hands it each batch itself, before any
+    plugin's subscriber, so it never waits and never drops, whatever those do.
+    ``consume`` runs on the bus thread and only appends; ``take`` runs on the
+    user's thread once ``finish_recording`` has returned.
+    """
 
     name = "trace_collector"
 
@@ -328,10 +334,24 @@ class Session:
         ends = facts.get("end_ns") or [
             int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0
         ]
-        stats = self.bus.statistics()
-        dropped = stats.events_dropped_total
-        if dropped:
-            notes.append(f"{dropped} events were dropped on the event bus (a subscriber could not keep up)")
+        # What the bus lost in this recording: the core's collection only on a timeout; plugins'
+        # streamed subscribers whenever they could not keep up (the trace is whole then).
+        recording = self.bus.last_recording_statistics()
+        for tracer_name, items in sorted(recording.items_abandoned.items()):
+            if items:
+                notes.append(
+                    f"tracer {tracer_name!r}: {items} recorded item(s) were not decoded because the event "
+                    "bus timed out finishing the recording; their events are missing"
+                )
+        for subscriber, batches in sorted(recording.batches_dropped.items()):
+            if batches:
+                missed = recording.events_dropped[subscriber]
+                routed = missed + recording.events_delivered[subscriber]
+                notes.append(
+                    f"subscriber {subscriber!r} could not keep up and missed {missed} of {routed} events "
+                    f"({batches} batches), which the event bus dropped for it"
+                    + ("; the trace itself holds every event" if recording.collection_complete else "")
+                )
         return Trace(
             events=events,
             config=self.config,

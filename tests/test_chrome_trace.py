@@ -42,7 +42,8 @@ from polyprof.chrome_reader import (
 )
 from polyprof.components import Capabilities, Exporter
 from polyprof.config import ProfileConfig
-from polyprof.events import FIELDS, DeviceType, EventBatch, EventKind, intern_column
+from polyprof import kineto_format
+from polyprof.events import FIELDS, DeviceType, EventBatch, EventKind, intern_column, intern_structured_column
 from polyprof.fileio import OutputDirectoryMissing, OutputPermissionError
 from polyprof_builtins import chrome_trace
 from polyprof_builtins.chrome_trace import (
@@ -101,7 +102,9 @@ def batch_from_rows(rows: list[dict[str, Any]], source: str = "test") -> EventBa
     tables: dict[str, tuple] = {}
     for field in fields:
         spec = FIELDS[field]
-        if spec.interned:  # a missing value is "no value" (-1); an empty one is kept as given
+        if field == "args":  # mappings (unhashable), KinetoArgsText or older tracers' str
+            columns[field], tables[field] = intern_structured_column([row.get(field) for row in rows])
+        elif spec.interned:  # a missing value is "no value" (-1); an empty one is kept as given
             columns[field], tables[field] = intern_column([row.get(field) for row in rows], empty=None)
         else:
             columns[field] = np.asarray([row.get(field, spec.default) for row in rows], dtype=spec.dtype)
@@ -212,11 +215,11 @@ def check_viewer_structure(doc: Mapping[str, Any], text: str) -> None:
 
 
 def test_trimonth_base_is_kinetos_boundary() -> None:
-    assert BASE % (chrome_trace.TRIMONTH_SECONDS * 10**9) == 0
+    assert BASE % (kineto_format.TRIMONTH_SECONDS * 10**9) == 0
     assert trimonth_base_ns(BASE) == BASE
     assert trimonth_base_ns(T0) == BASE
-    assert trimonth_base_ns(BASE - 1) == BASE - chrome_trace.TRIMONTH_SECONDS * 10**9
-    assert trimonth_base_ns(BASE + chrome_trace.TRIMONTH_SECONDS * 10**9 - 1) == BASE
+    assert trimonth_base_ns(BASE - 1) == BASE - kineto_format.TRIMONTH_SECONDS * 10**9
+    assert trimonth_base_ns(BASE + kineto_format.TRIMONTH_SECONDS * 10**9 - 1) == BASE
 
 
 def test_trimonth_base_matches_torch_python_writer() -> None:
@@ -237,7 +240,7 @@ def test_format_us(ns: int, text: str) -> None:
 
 
 def test_timestamps_are_exact_three_decimal_microseconds(tmp_path: Path) -> None:
-    last_ns_of_trimonth = BASE + chrome_trace.TRIMONTH_SECONDS * 10**9 - 1
+    last_ns_of_trimonth = BASE + kineto_format.TRIMONTH_SECONDS * 10**9 - 1
     batch = batch_from_rows(
         [
             {
@@ -1029,7 +1032,7 @@ def event_rows(draw: st.DrawFn) -> list[dict[str, Any]]:
         row: dict[str, Any] = {
             "kind": int(kind),
             "name": "[OutOfMemory]" if kind == EventKind.OUT_OF_MEMORY else draw(names_strategy),
-            "start_ns": draw(st.integers(BASE + 2, BASE + chrome_trace.TRIMONTH_SECONDS * 10**9 - 10**10)),
+            "start_ns": draw(st.integers(BASE + 2, BASE + kineto_format.TRIMONTH_SECONDS * 10**9 - 10**10)),
             "dur_ns": 0 if kind in INSTANT_KINDS else draw(st.integers(0, 10**10)),
             "pid": draw(st.integers(1, 2**22)),
             "tid": draw(st.integers(0, 2**40)),
@@ -1594,14 +1597,12 @@ def test_names_torch_cannot_write_are_fine_here(tmp_path: Path) -> None:
 
 
 def test_valid_fragments_not_ending_in_digits_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    from polyprof_builtins import chrome_trace
-
     def must_not_repair(fragment: str) -> bool:
         raise AssertionError(f"valid fragment sent to the repair path: {fragment!r}")
 
-    monkeypatch.setattr(chrome_trace, "_fragment_is_valid", must_not_repair)
+    monkeypatch.setattr(kineto_format, "_is_object_body", must_not_repair)
     table = ('"grid": [1, 1, 1], "block": [128, 1, 1]', '"kind": "Memcpy HtoD"', '"Ev Idx": 12', '"x": 1.5')
-    assert chrome_trace._clean_fragments(table) == list(table)
+    assert kineto_format.checked_args_texts(table) == list(table)
 
 
 def test_ac2g_flow_starts_at_a_driver_launch_when_no_runtime_call_has_its_id(tmp_path: Path) -> None:
@@ -1772,7 +1773,7 @@ def test_counter_rows_become_chrome_counter_events(tmp_path: Path) -> None:
         ("GPU Power", 0, 0, 2_500, {"W": Decimal("250.125")}),
         ("GPU Power", 0, 0, 3_000, {"W": None}),  # NaN is not JSON: Perfetto skips a null sample
         ("GPU Memory Used", 0, 0, 3_000, {"MiB": Decimal("1.5e+20")}),
-        ("GPU Memory Used", 2, 0, 4_000, {chrome_trace.DEFAULT_COUNTER_SERIES: 7}),
+        ("GPU Memory Used", 2, 0, 4_000, {kineto_format.DEFAULT_COUNTER_SERIES: 7}),
     ]
     assert all(next(iter(e)) == "ph" and "cat" not in e and "dur" not in e for e in counters)
     names = {(e["pid"], e["args"]["name"]) for e in events_of(doc, "M") if e["name"] == "process_name"}

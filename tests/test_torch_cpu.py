@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
 from polyprof.events import EventKind
@@ -163,3 +163,23 @@ def test_real_torch_result_round_trip() -> None:
     assert facts["start_ns"] == result.trace_start_ns()
     names = batch.values("name")
     assert "aten::add" in names and len(names) == len(result.events())
+
+
+def test_rerooted_python_frames_are_written_as_torch_writes_a_root_frame() -> None:
+    # Kineto's own text for two frames; the second's parent was one of polyprof's bus-thread frames.
+    from polyprof import torch_support
+    from polyprof.kineto_format import encode_args_table, kineto_args_column
+    from polyprof_builtins.torch_cpu import _without_python_parent
+
+    texts = [
+        '"Python parent id": null, "Python id": 12, "Ev Idx": 71',
+        '"Python parent id": 40, "Python id": 13, "Ev Idx": 72',
+    ]
+    indices, table = kineto_args_column(texts)
+    indices, table = _without_python_parent(indices, table, np.array([1]))
+    written = encode_args_table(table)
+    assert written[indices[0]] == texts[0]  # untouched: Kineto's text as it was
+    if torch_support.installed().at_least(2, 15):  # 2.15 leaves the key out of a root frame
+        assert written[indices[1]] == '"Python id": 13, "Ev Idx": 72'
+    else:
+        assert written[indices[1]] == '"Python parent id": null, "Python id": 13, "Ev Idx": 72'

@@ -38,7 +38,30 @@ from polyprof.activity import ProfilerActivity
 from polyprof.attribution import _OpIndex
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
-from polyprof.events import API_CALL_KINDS, DeviceType, EventBatch, EventKind, concat, kind_codes
+from polyprof.events import (
+    API_CALL_KINDS,
+    DeviceType,
+    EventBatch,
+    EventKind,
+    concat,
+    intern_column,
+    intern_structured_column,
+    kind_codes,
+)
+from polyprof.kineto_format import (
+    DEVICE_BY_LANE_LABEL,
+    DEVICE_KINDS,
+    FLOW_TYPE_BY_CATEGORY,
+    GENERATED_ARG_KEYS,
+    OUT_OF_MEMORY_EVENT_NAME,
+    PROCESS_LABELS,
+    PROCESS_NAME,
+    SPAN_CATEGORY,
+    WINDOW_END_NAME,
+    Arg,
+    kind_of_category,
+    us_to_ns,
+)
 from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, CONFIG_FLAG_KEYS, Trace
 
 log = get_logger(__name__)
@@ -283,58 +306,6 @@ def read_chrome_trace(path: str | os.PathLike[str], *, max_bytes: int | None = N
 # -------------------------------------------------------------- conversion
 
 
-def us_to_ns(values: Any) -> np.ndarray:
-    """Microsecond values parsed as doubles -> int64 nanoseconds, exactly.
-
-    ``ts`` like ``4462594455467.860`` has 16 significant digits: the parsed
-    double is the nearest one to the decimal, but ``x * 1000`` rounds again
-    and can land on the wrong nanosecond. Splitting the product into an exact
-    sum of two doubles (Dekker's two-product, with 1000 exactly representable)
-    recovers the nearest integer without that second rounding. Exact for
-    values below 2**43 µs (101 days: every ``ts`` relative to a trimonth
-    base), where neighbouring doubles are less than 1 ns apart.
-    """
-    x = np.asarray(values, dtype=np.float64)
-    product = x * 1000.0
-    split = x * 134217729.0  # 2**27 + 1: Veltkamp split of x into hi + lo
-    hi = split - (split - x)
-    lo = x - hi
-    error = (hi * 1000.0 - product) + lo * 1000.0  # product + error == x * 1000 exactly
-    nearest = np.rint(product)
-    residual = (product - nearest) + error
-    nearest = nearest + (residual > 0.5) - (residual < -0.5)
-    return nearest.astype(np.int64)
-
-
-_KIND_BY_CATEGORY: dict[str, EventKind] = {
-    "cpu_op": EventKind.CPU_OP,
-    "operator": EventKind.CPU_OP,  # older Kineto spelling
-    "user_annotation": EventKind.USER_ANNOTATION,
-    "python_function": EventKind.PYTHON_FUNCTION,
-    "cpu_instant_event": EventKind.MEMORY,
-    "kernel": EventKind.KERNEL,
-    "gpu_memcpy": EventKind.GPU_MEMCPY,
-    "gpu_memset": EventKind.GPU_MEMSET,
-    "gpu_user_annotation": EventKind.GPU_USER_ANNOTATION,
-    "overhead": EventKind.OVERHEAD,
-}
-_KIND_BY_SUFFIX = {"_runtime": EventKind.RUNTIME, "_driver": EventKind.DRIVER, "_sync": EventKind.SYNC}
-_DEVICE_BY_PREFIX = {
-    "cuda": DeviceType.CUDA,
-    "xpu": DeviceType.XPU,
-    "privateuse1": DeviceType.PrivateUse1,
-    "mtia": DeviceType.MTIA,
-    "hpu": DeviceType.HPU,
-}
-_DEVICE_KINDS = frozenset(
-    {
-        EventKind.KERNEL,
-        EventKind.GPU_MEMCPY,
-        EventKind.GPU_MEMSET,
-        EventKind.GPU_USER_ANNOTATION,
-        EventKind.SYNC,
-    }
-)
 _ACTIVITY_BY_DEVICE = {
     DeviceType.CUDA: ProfilerActivity.CUDA,
     DeviceType.HIP: ProfilerActivity.CUDA,
@@ -343,32 +314,10 @@ _ACTIVITY_BY_DEVICE = {
     DeviceType.MTIA: ProfilerActivity.MTIA,
     DeviceType.PrivateUse1: ProfilerActivity.PrivateUse1,
 }
-_FLOW_TYPES = {"fwdbwd": 1, "ac2g": 2}
 #: Number types a parsed ``ts``/``dur`` may have (Decimal: ``json.load(parse_float=Decimal)``).
 _NUMBER = (int, float, Decimal)
-_OOM_NAME = "[OutOfMemory]"
-#: Keys the exporter writes from columns, so they leave the kept args fragment.
-_GENERATED_KEYS = {
-    "host": ("External id",),
-    "device": ("External id", "device", "stream", "correlation"),
-    "call": ("External id", "correlation"),
-}
 _FLAG_KEYS = CONFIG_FLAG_KEYS
 _SKELETON_KEYS = CHROME_TRACE_RESERVED_KEYS | {"trace_id", "host_name", *CONFIG_FLAG_KEYS}
-
-
-def _kind_of(category: Any) -> tuple[EventKind, DeviceType] | None:
-    """(kind, device type) of a Chrome trace category, None when not one of Kineto's."""
-    if not isinstance(category, str):
-        return None
-    kind = _KIND_BY_CATEGORY.get(category)
-    if kind is not None:
-        return kind, DeviceType.CPU
-    for suffix, kind in _KIND_BY_SUFFIX.items():
-        if category.endswith(suffix):
-            device = _DEVICE_BY_PREFIX.get(category[: -len(suffix)], DeviceType.CUDA)
-            return kind, device
-    return None
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -428,38 +377,19 @@ def _split_overloads(names: list[str], ops: np.ndarray) -> list[str | None] | No
     return overloads if found else None
 
 
-def _intern(values: list[Any]) -> tuple[list[int], list[Any]]:
-    """Indices into a table of unique values (``None`` -> -1), in order of first appearance."""
-    lookup: dict[Any, int] = {}
-    setdefault = lookup.setdefault
-    indices = [-1 if v is None else setdefault(v, len(lookup)) for v in values]
-    return indices, list(lookup)
-
-
-_DEVICE_BY_LANE_LABEL = {
-    "CUDA": DeviceType.CUDA,
-    "GPU": DeviceType.CUDA,
-    "HIP": DeviceType.HIP,
-    "XPU": DeviceType.XPU,
-    "MTIA": DeviceType.MTIA,
-    "HPU": DeviceType.HPU,
-    "PrivateUse1": DeviceType.PrivateUse1,
-}
-
-
 def _device_lanes(events: list[Any]) -> dict[int, int]:
     """Device lane pid -> DeviceType, from the lane's name or label ("CUDA 0", "XPU 1", "GPU 0")."""
     lanes: dict[int, int] = {}
     for ev in events:
         if not isinstance(ev, dict) or ev.get("ph") != "M" or not isinstance(ev.get("pid"), int):
             continue
-        if ev.get("name") not in ("process_name", "process_labels"):
+        if ev.get("name") not in (PROCESS_NAME, PROCESS_LABELS):
             continue
         args = ev.get("args")
         label = args.get("name", args.get("labels")) if isinstance(args, dict) else None
         if not isinstance(label, str):
             continue
-        device = _DEVICE_BY_LANE_LABEL.get(label.split(" ", 1)[0])
+        device = DEVICE_BY_LANE_LABEL.get(label.split(" ", 1)[0])
         if device is not None and ev["pid"] not in lanes:
             lanes[ev["pid"]] = int(device)
     return lanes
@@ -475,7 +405,7 @@ def _flow_index(events: list[Any]) -> dict[tuple[Any, Any, Any], tuple[int, int,
         if ph not in ("s", "f"):
             continue
         category, key = ev.get("cat"), _flow_key(ev)
-        flow_type = _FLOW_TYPES.get(category) if isinstance(category, str) else None
+        flow_type = FLOW_TYPE_BY_CATEGORY.get(category) if isinstance(category, str) else None
         if flow_type is not None and key is not None:
             flows[key] = (_int(ev.get("id")), flow_type, ph == "s")
     return flows
@@ -555,16 +485,16 @@ def _select_events(raw_events: list[Any]) -> _Selection:
             continue
         category = ev.get("cat")
         if category is None:  # global markers: "Iteration Start: ...", "Record Window End"
-            if ev.get("name") == "Record Window End":
+            if ev.get("name") == WINDOW_END_NAME:
                 window_end = ev.get("ts")
             continue
-        if category == "Trace":
+        if category == SPAN_CATEGORY:
             span = (ev.get("ts"), ev.get("dur"))
             continue
         try:
             kind_device = by_category[category]
         except KeyError:
-            kind_device = by_category[category] = _kind_of(category)
+            kind_device = by_category[category] = kind_of_category(category)
         except TypeError:  # an unhashable "cat"
             kind_device = None
         if kind_device is None:
@@ -578,10 +508,10 @@ def _select_events(raw_events: list[Any]) -> _Selection:
             bad_values[_NON_NUMERIC_DUR] += 1
             continue
         if kind_device[0] == EventKind.MEMORY:
-            if ev.get("name") == _OOM_NAME:
+            if ev.get("name") == OUT_OF_MEMORY_EVENT_NAME:
                 kind_device = oom
             args = ev.get("args")
-            if type(args) is dict and _int(args.get("Device Type"), 0) not in _DEVICE_TYPE_VALUES:
+            if type(args) is dict and _int(args.get(Arg.DEVICE_TYPE), 0) not in _DEVICE_TYPE_VALUES:
                 bad_values[_UNKNOWN_DEVICE_TYPE] += 1  # torch's MPS, XLA, ...: no polyprof DeviceType
                 continue
         selected.append(ev)
@@ -721,8 +651,8 @@ def _counter_rows(
         "trace_only": np.ones(len(names), dtype=bool),
     }
     tables: dict[str, list[Any]] = {}
-    columns["name"], tables["name"] = _intern(names)
-    columns["counter_series"], tables["counter_series"] = _intern(series)
+    columns["name"], tables["name"] = intern_column(names)
+    columns["counter_series"], tables["counter_series"] = intern_column(series)
     return EventBatch.build(SOURCE, columns, tables)
 
 
@@ -759,7 +689,7 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
     n = len(events)
     kind = np.asarray(kind_list, dtype=np.int64)
     device_type = np.asarray(device_list, dtype=np.int64)
-    on_device = np.isin(kind, [int(k) for k in _DEVICE_KINDS])
+    on_device = np.isin(kind, kind_codes(DEVICE_KINDS))
     host = ~on_device & ~np.isin(kind, kind_codes(API_CALL_KINDS))
     memory = np.isin(kind, [int(EventKind.MEMORY), int(EventKind.OUT_OF_MEMORY)])
 
@@ -771,8 +701,8 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
 
     pid = _ints([ev.get("pid", 0) for ev in events], 0)
     tid = _ints([ev.get("tid", 0) for ev in events], 0)
-    ext = arg("External id", 0)
-    correlation_arg = arg("correlation", 0)
+    ext = arg(Arg.EXTERNAL_ID, 0)
+    correlation_arg = arg(Arg.CORRELATION, 0)
 
     # Device lanes: the "device"/"stream" args, else the lane (pid/tid); the
     # device type from the category, else from the lane's process name.
@@ -781,53 +711,55 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
     lanes: dict[int, int] | None = None
     if on_device.any():
         device_index = np.where(
-            on_device, _ints([a.get("device", p) for a, p in zip(args, pid.tolist())], 0), 0
+            on_device, _ints([a.get(Arg.DEVICE, p) for a, p in zip(args, pid.tolist())], 0), 0
         )
-        stream = np.where(on_device, _ints([a.get("stream", t) for a, t in zip(args, tid.tolist())], -1), -1)
+        stream = np.where(
+            on_device, _ints([a.get(Arg.STREAM, t) for a, t in zip(args, tid.tolist())], -1), -1
+        )
         lanes = _device_lanes(raw_events)
         unnamed = on_device & (device_type == int(DeviceType.CPU))
         lane_type = np.array([lanes.get(p, int(DeviceType.CUDA)) for p in pid.tolist()], dtype=np.int64)
         device_type = np.where(unnamed, lane_type, device_type)
     if memory.any():
-        device_index = np.where(memory, arg("Device Id", -1), device_index)
-        device_type = np.where(memory, arg("Device Type", int(DeviceType.CPU)), device_type)
+        device_index = np.where(memory, arg(Arg.DEVICE_ID, -1), device_index)
+        device_type = np.where(memory, arg(Arg.DEVICE_TYPE, int(DeviceType.CPU)), device_type)
 
-    parents = [a.get("Python parent id", -1) for a in args]
+    parents = [a.get(Arg.PYTHON_PARENT_ID, -1) for a in args]
     columns: dict[str, Any] = {
         "kind": kind.astype(np.int8),
         "pid": pid,
         "tid": tid,
-        "thread": arg("Python thread", 0),
+        "thread": arg(Arg.PYTHON_THREAD, 0),
         "device_type": device_type,
         "device_index": device_index,
         "correlation_id": np.where(host, ext, correlation_arg),
         "external_id": ext,
-        "sequence_nr": arg("Sequence number", -1),
-        "fwd_thread": arg("Fwd thread id", 0),
-        "nbytes": arg("Bytes", 0),
-        "total_allocated": arg("Total Allocated", 0),
-        "total_reserved": arg("Total Reserved", 0),
-        "addr": arg("Addr", 0),
-        "python_id": arg("Python id", -1),
+        "sequence_nr": arg(Arg.SEQUENCE_NUMBER, -1),
+        "fwd_thread": arg(Arg.FWD_THREAD_ID, 0),
+        "nbytes": arg(Arg.BYTES, 0),
+        "total_allocated": arg(Arg.TOTAL_ALLOCATED, 0),
+        "total_reserved": arg(Arg.TOTAL_RESERVED, 0),
+        "addr": arg(Arg.ADDR, 0),
+        "python_id": arg(Arg.PYTHON_ID, -1),
         "python_parent_id": _ints([-1 if p is None else p for p in parents], -1),
         "stream": stream,
     }
     tables: dict[str, list[Any]] = {}
     names = [nm if type(nm := ev.get("name")) is str else ("" if nm is None else str(nm)) for ev in events]
     overloads = _split_overloads(names, kind == int(EventKind.CPU_OP))
-    columns["name"], tables["name"] = _intern(names)
+    columns["name"], tables["name"] = intern_column(names)
     if overloads is not None:
-        columns["overload"], tables["overload"] = _intern(overloads)
-    columns["shapes"], tables["shapes"] = _intern(
-        [_as_tuple(d) if _is_shape_list(d := a.get("Input Dims")) else None for a in args]
+        columns["overload"], tables["overload"] = intern_column(overloads)
+    columns["shapes"], tables["shapes"] = intern_column(
+        [_as_tuple(d) if _is_shape_list(d := a.get(Arg.INPUT_DIMS)) else None for a in args]
     )
-    columns["stack"], tables["stack"] = _intern(
+    columns["stack"], tables["stack"] = intern_column(
         [
-            tuple(f for f in c.split(";") if f) if type(c := a.get("Call stack")) is str and c else None
+            tuple(f for f in c.split(";") if f) if type(c := a.get(Arg.CALL_STACK)) is str and c else None
             for a in args
         ]
     )
-    columns["args"], tables["args"] = _intern(_kept_fragments(args, on_device, host))
+    columns["args"], tables["args"] = intern_structured_column(_kept_args(args, on_device, host))
 
     flows = _flow_index(raw_events)
     if flows:
@@ -970,26 +902,21 @@ def _checked_links(
     return linked
 
 
-def _kept_fragments(args: list[dict[str, Any]], on_device: np.ndarray, host: np.ndarray) -> list[str | None]:
-    """Each event's args minus the keys the exporter writes from columns, as JSON body text."""
-    drop_host = frozenset(_GENERATED_KEYS["host"])
-    drop_device = frozenset(_GENERATED_KEYS["device"])
-    drop_call = frozenset(_GENERATED_KEYS["call"])
+def _kept_args(args: list[dict[str, Any]], on_device: np.ndarray, host: np.ndarray) -> list[dict[str, Any]]:
+    """Each event's args minus the keys the exporter writes from columns ({} when none is left)."""
+    drop_host = frozenset(GENERATED_ARG_KEYS["host"])
+    drop_device = frozenset(GENERATED_ARG_KEYS["device"])
+    drop_call = frozenset(GENERATED_ARG_KEYS["call"])
     drops = [
         drop_device if d else (drop_host if h else drop_call)
         for d, h in zip(on_device.tolist(), host.tolist())
     ]
-    dumps = orjson.dumps
-    kept = [{k: v for k, v in a.items() if k not in drop} if a else None for a, drop in zip(args, drops)]
-    try:
-        return [dumps(k, default=str).decode()[1:-1] if k else None for k in kept]
-    except TypeError:  # values orjson does not write; rare, so not on the fast path
-        return [_json_text(k)[1:-1] if k else None for k in kept]
+    return [{k: v for k, v in a.items() if k not in drop} if a else a for a, drop in zip(args, drops)]
 
 
 def _config_from(doc: Mapping[str, Any], kinds: np.ndarray, device_types: np.ndarray) -> ProfileConfig:
     activities = {ProfilerActivity.CPU}
-    on_device = np.isin(kinds, kind_codes(_DEVICE_KINDS | API_CALL_KINDS))
+    on_device = np.isin(kinds, kind_codes(DEVICE_KINDS | API_CALL_KINDS))
     by_value = {int(device): activity for device, activity in _ACTIVITY_BY_DEVICE.items()}
     for dt in np.unique(device_types[on_device]).tolist():
         if dt in by_value:
@@ -1015,7 +942,7 @@ def _end_ns(
 
 
 def _host_pid(kinds: np.ndarray, pids: np.ndarray) -> int:
-    host = ~np.isin(kinds, [int(k) for k in _DEVICE_KINDS | {EventKind.OVERHEAD}])
+    host = ~np.isin(kinds, kind_codes(DEVICE_KINDS | {EventKind.OVERHEAD}))
     if not host.any():
         return 0
     values, counts = np.unique(pids[host], return_counts=True)

@@ -57,22 +57,6 @@ HOST_KINDS = frozenset(
 )
 
 
-#: Kineto's name of each kind whose name does not depend on the device: the Chrome trace category
-#: and ``FunctionEvent.activity_type`` (runtime, driver and sync calls are "<device>_runtime", ...).
-CATEGORY_BY_KIND: dict[EventKind, str] = {
-    EventKind.CPU_OP: "cpu_op",
-    EventKind.USER_ANNOTATION: "user_annotation",
-    EventKind.PYTHON_FUNCTION: "python_function",
-    EventKind.MEMORY: "cpu_instant_event",
-    EventKind.OUT_OF_MEMORY: "cpu_instant_event",
-    EventKind.KERNEL: "kernel",
-    EventKind.GPU_MEMCPY: "gpu_memcpy",
-    EventKind.GPU_MEMSET: "gpu_memset",
-    EventKind.GPU_USER_ANNOTATION: "gpu_user_annotation",
-    EventKind.OVERHEAD: "overhead",
-}
-
-
 def kind_codes(kinds: Iterable[EventKind]) -> np.ndarray:
     """``kinds`` as an array of ``kind`` column values, for ``np.isin``."""
     return np.array(sorted(int(k) for k in kinds), dtype=np.int8)
@@ -147,7 +131,8 @@ FIELDS: dict[str, Field] = {
         "int32",
         -1,
         True,
-        'extra Chrome trace args as an interned JSON object body, e.g. \'"Input Dims": [[2, 3]], "Ev Idx": 4\'',
+        "extra Chrome trace args (interned): a mapping of str to JSON values, or Kineto's own text "
+        "as polyprof.kineto_format.KinetoArgsText (see that module)",
     ),
     # torch's _KinetoEvent values that only FunctionEvent attributes read (intern_structured_column)
     "concrete_inputs": Field("int32", -1, True, "scalar input values (interned list; record_shapes)"),
@@ -169,26 +154,44 @@ FIELDS: dict[str, Field] = {
 REQUIRED_FIELDS = ("kind", "name", "start_ns", "dur_ns")
 
 
-def intern_column(values: Iterable[Any], *, empty: Any = None) -> tuple[np.ndarray, tuple]:
-    """Intern a sequence of hashable values: returns ``(indices, table)``.
+class Interner(dict):
+    """Value -> index, in order of first appearance: the one interner of polyprof.
 
-    Values equal to ``empty`` get index -1. This loops in Python once per value
-    and is meant for tracer decoding, where values arrive one by one anyway.
+    ``interner[value]`` gives the value's index, adding it when new;
+    ``map(interner.__getitem__, values)`` interns a stream at C speed (a
+    dict lookup per known value, ``__missing__`` only for new ones), so
+    ``np.fromiter`` over it builds a column without a Python loop. Values must
+    be hashable; ``intern_structured_column`` takes the others.
     """
-    lookup: dict[Any, int] = {}
-    table: list[Any] = []
-    indices = []
-    append = indices.append
-    for value in values:
-        if value == empty:
-            append(-1)
-            continue
-        idx = lookup.get(value)
-        if idx is None:
-            idx = lookup[value] = len(table)
-            table.append(value)
-        append(idx)
-    return np.asarray(indices, dtype=np.int32), tuple(table)
+
+    __slots__ = ()
+
+    def __missing__(self, value: Any) -> int:
+        index = self[value] = len(self)
+        return index
+
+    def table(self) -> tuple:
+        """The values, each once, in index order."""
+        return tuple(self)
+
+
+def intern_column(
+    values: Iterable[Any], *, empty: Any = None, count: int = -1
+) -> tuple[np.ndarray, tuple]:
+    """Intern a stream of hashable values: returns ``(indices, table)``.
+
+    Values equal to ``empty`` get index -1 and stay out of the table. Runs at
+    C speed (``Interner``); ``count``, the number of values when known, saves
+    the array's regrowth.
+    """
+    interner = Interner()
+    indices = np.fromiter(map(interner.__getitem__, values), dtype=np.int32, count=count)
+    empty_index = interner.pop(empty, None)
+    if empty_index is None:
+        return indices, interner.table()
+    # Drop the empty value from the table: its rows read -1, later indices move down one.
+    indices = np.where(indices == empty_index, -1, indices - (indices > empty_index)).astype(np.int32)
+    return indices, interner.table()
 
 
 def intern_structured_column(values: Iterable[Any]) -> tuple[np.ndarray, tuple]:
@@ -199,7 +202,7 @@ def intern_structured_column(values: Iterable[Any]) -> tuple[np.ndarray, tuple]:
     ``{}``, ``""``, None) get index -1. The table holds the first value seen
     of each kind; readers copy it before handing it out.
     """
-    lookup: dict[str, int] = {}
+    interner = Interner()
     table: list[Any] = []
     indices = []
     append = indices.append
@@ -207,10 +210,8 @@ def intern_structured_column(values: Iterable[Any]) -> tuple[np.ndarray, tuple]:
         if not value:
             append(-1)
             continue
-        key = repr(value)
-        idx = lookup.get(key)
-        if idx is None:
-            idx = lookup[key] = len(table)
+        idx = interner[repr(value)]
+        if idx == len(table):
             table.append(value)
         append(idx)
     return np.asarray(indices, dtype=np.int32), tuple(table)
@@ -380,7 +381,7 @@ def _deferred_concat(batches: Sequence[EventBatch], field: str) -> ColumnProvide
 def _concat_field(batches: Sequence[EventBatch], field: str) -> tuple[np.ndarray, tuple | None]:
     if not FIELDS[field].interned:
         return np.concatenate([b[field] for b in batches]), None
-    lookup: dict[Any, int] = {}
+    interner = Interner()
     merged: list[Any] = []
     parts = []
     for batch in batches:
@@ -388,12 +389,9 @@ def _concat_field(batches: Sequence[EventBatch], field: str) -> tuple[np.ndarray
         remap = np.empty(len(source_table) + 1, dtype=np.int32)
         remap[-1] = -1  # "no value" stays -1
         for i, value in enumerate(source_table):
-            key = _merge_key(value)
-            idx = lookup.get(key)
-            if idx is None:
-                idx = lookup[key] = len(merged)
+            idx = remap[i] = interner[_merge_key(value)]
+            if idx == len(merged):
                 merged.append(value)
-            remap[i] = idx
         parts.append(remap[batch[field]])
     return np.concatenate(parts), tuple(merged)
 
@@ -409,3 +407,13 @@ def _merge_key(value: Any) -> Any:
     except TypeError:
         return (_UNHASHABLE, repr(value))
     return value
+
+
+def __getattr__(name: str) -> Any:
+    # CATEGORY_BY_KIND lives with the rest of the trace format (polyprof.kineto_format), which
+    # imports this module; it is still found here for code that imports it from here.
+    if name == "CATEGORY_BY_KIND":
+        from polyprof.kineto_format import CATEGORY_BY_KIND
+
+        return CATEGORY_BY_KIND
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

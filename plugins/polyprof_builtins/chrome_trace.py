@@ -50,33 +50,52 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import attrs
 import numpy as np
 import orjson
-from polyprof import torch_support
 from polyprof._log import get_logger
 from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES, ProfilerActivity
 from polyprof.components import Capabilities, Exporter
 from polyprof.config import ProfileConfig
-from polyprof.events import (
-    API_CALL_KINDS,
-    CATEGORY_BY_KIND,
-    HOST_KINDS,
-    DeviceType,
-    EventBatch,
-    EventKind,
-    kind_codes,
-)
+from polyprof.events import API_CALL_KINDS, HOST_KINDS, DeviceType, EventBatch, EventKind, kind_codes
 from polyprof.fileio import atomic_writer, check_writable_path
 from polyprof.hookspecs import hookimpl
+from polyprof.kineto_format import (
+    DEFAULT_COUNTER_SERIES,
+    DEFAULT_DEVICE_TYPE,
+    DEVICE_CATEGORY_SUFFIX,
+    DEVICE_KINDS,
+    EV_IDX_GROUP,
+    FLOW_AC2G,
+    FLOW_CATEGORY_BY_TYPE,
+    GPU_LANE_LABEL,
+    GPU_LANE_NAMES,
+    ITERATION_START_NAME,
+    MEMORY_ARG_KEYS,
+    NEWEST_LAYOUT,
+    OUT_OF_MEMORY_ARG_KEYS,
+    PROCESS_LABELS,
+    PROCESS_NAME,
+    PROCESS_SORT_INDEX,
+    SPAN_CATEGORY,
+    SPAN_NAME,
+    THREAD_NAME,
+    THREAD_SORT_INDEX,
+    WINDOW_END_NAME,
+    Arg,
+    KinetoLayout,
+    category_of,
+    device_names,
+    encode_args_table,
+    format_us,
+    json_string,
+    kineto_layout,
+    trimonth_base_ns,
+)
 from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, CONFIG_FLAG_KEYS, Trace
 
 log = get_logger(__name__)
 
 EXPORTER_NAME = "chrome"
-
-#: libkineto's ChromeTraceBaseTime interval (about three months), in seconds.
-TRIMONTH_SECONDS = 7889238
 
 #: Kineto's process sort indexes: device lanes after the CPU, spans at the bottom.
 DEVICE_SORT_INDEX_BASE = 5_000_000
@@ -85,50 +104,6 @@ SPANS_SORT_INDEX = 0x20000000
 
 #: Keys that Kineto itself places at the top level; metadata may not reuse them.
 RESERVED_TOP_LEVEL_KEYS = CHROME_TRACE_RESERVED_KEYS
-
-#: Kinds whose category is "<device>_<suffix>" (cuda_runtime, xpu_sync, ...).
-DEVICE_CATEGORY_SUFFIX: dict[EventKind, str] = {
-    EventKind.RUNTIME: "runtime",
-    EventKind.DRIVER: "driver",
-    EventKind.SYNC: "sync",
-}
-
-#: Events on a device lane: pid = device index, tid = stream / queue.
-DEVICE_KINDS = frozenset(
-    {
-        EventKind.KERNEL,
-        EventKind.GPU_MEMCPY,
-        EventKind.GPU_MEMSET,
-        EventKind.GPU_USER_ANNOTATION,
-        EventKind.SYNC,
-    }
-)
-#: Kinds that carry an "Ev Idx" (host events recorded by torch's collector), by numbering group:
-#: torch numbers ops and annotations first, then memory events, then Python functions.
-EV_IDX_GROUP: dict[EventKind, int] = {
-    EventKind.CPU_OP: 0,
-    EventKind.USER_ANNOTATION: 0,
-    EventKind.MEMORY: 1,
-    EventKind.OUT_OF_MEMORY: 1,
-    EventKind.PYTHON_FUNCTION: 2,
-}
-
-#: DeviceType -> (prefix of categories such as "cuda_runtime", name of its lanes).
-DEVICE_NAMES: dict[int, tuple[str, str]] = {
-    int(DeviceType.CUDA): ("cuda", "CUDA"),
-    int(DeviceType.HIP): ("cuda", "HIP"),  # ROCm's Kineto keeps the cuda_* categories
-    int(DeviceType.XPU): ("xpu", "XPU"),
-    int(DeviceType.HPU): ("hpu", "HPU"),
-    int(DeviceType.MTIA): ("mtia", "MTIA"),
-    int(DeviceType.PrivateUse1): ("privateuse1", "PrivateUse1"),
-}
-DEFAULT_DEVICE_TYPE = int(DeviceType.CUDA)
-
-FLOW_NAMES = {1: "fwdbwd", 2: "ac2g"}
-FLOW_AC2G = 2
-
-#: The args key of a counter row that names no series (a Chrome counter event needs one).
-DEFAULT_COUNTER_SERIES = "value"
 
 #: "000" ... "999": a list lookup is faster than a format spec per timestamp.
 _THREE_DIGITS = [f"{i:03d}" for i in range(1000)]
@@ -140,77 +115,7 @@ CHUNK_EVENTS = 20_000
 VALID_OPTIONS = ("gzip_level",)
 
 
-# ------------------------------------------------------------------ layout
-
-
-@attrs.frozen
-class KinetoLayout:
-    """Where the Chrome traces of torch releases differ: their Kineto writers moved things.
-
-    Defaults are the newest layout. Viewers read every layout alike; polyprof
-    writes the installed torch's so that tools comparing files see no change.
-    """
-
-    #: torch 2.8+ (kineto 445bc4f5; measured on 2.8.0, 2.9.1, 2.10.0): ``displayTimeUnit`` and
-    #: ``baseTimeNanoseconds`` before ``traceEvents``; 2.6 and 2.7 write them last, after ``traceName``.
-    time_keys_first: bool = True
-    #: torch 2.12+ (kineto 520b0564, c51fcfea): process/thread metadata events come before the
-    #: events, and every event starts with ``"ph"``; earlier releases put them after the events
-    #: and start metadata events and global instants with ``"name"``.
-    metadata_first: bool = True
-    #: torch 2.12.1+ (kineto 628e1d0f; measured: 2.12.1 has it, 2.11.0 not): the top level has
-    #: ``host_name``.
-    host_name: bool = True
-    #: torch 2.8+: ops recorded with an overload name are written ``aten::add.Tensor``; 2.7 records
-    #: overload names (``capture_overload_names``) but writes plain ``aten::add``.
-    overload_in_names: bool = True
-    #: torch 2.7 only: every op, annotation and Python function carries ``"finished": true`` in its
-    #: args (2.6 and 2.8+ do not; measured on 2.6.0, 2.7.1, 2.8.0).
-    finished_in_op_args: bool = False
-
-
-NEWEST_LAYOUT = KinetoLayout()
-
-
-def kineto_layout() -> KinetoLayout:
-    """The installed torch's layout; the newest when torch is not loaded (e.g. ``polyprof report``)."""
-    if "torch" not in sys.modules:
-        return NEWEST_LAYOUT
-    try:
-        features = torch_support.installed()
-    except (ImportError, AttributeError):  # a torch without its profiler: nothing to match
-        return NEWEST_LAYOUT
-    return KinetoLayout(
-        time_keys_first=features.at_least(2, 8),
-        metadata_first=features.at_least(2, 12),
-        host_name=features.at_least(2, 12, 1),
-        overload_in_names=features.at_least(2, 8),
-        finished_in_op_args=features.at_least(2, 7) and not features.at_least(2, 8),
-    )
-
-
 # ------------------------------------------------------------------ helpers
-
-
-def trimonth_base_ns(unix_ns: int) -> int:
-    """Kineto's ``baseTimeNanoseconds``: ``unix_ns`` floored to a 7889238-second boundary."""
-    seconds = unix_ns // 1_000_000_000
-    return (seconds // TRIMONTH_SECONDS) * TRIMONTH_SECONDS * 1_000_000_000
-
-
-def format_us(ns: int) -> str:
-    """Nanoseconds as Kineto writes microseconds: ``"12.345"`` (always three decimals)."""
-    if ns < 0:
-        ns = 0
-    return f"{ns // 1000}.{ns % 1000:03d}"
-
-
-def json_string(text: str) -> str:
-    """``text`` as a JSON string literal (UTF-8 kept; lone surrogates escaped)."""
-    try:
-        return orjson.dumps(text).decode()
-    except TypeError:  # lone surrogates, which orjson refuses
-        return json.dumps(text)
 
 
 def _json_value(value: Any) -> str:
@@ -223,60 +128,6 @@ def _as_json_list(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return [_as_json_list(v) for v in value]
     return value
-
-
-def _fragment_is_valid(fragment: str) -> bool:
-    try:
-        obj = orjson.loads("{" + fragment + "}")
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(obj, dict)
-
-
-#: torch ends almost every fragment with a running ``"Ev Idx": N``, so the
-#: fragments of repeated ops differ only in trailing digits. Validating one
-#: fragment per "shape" (trailing digits replaced by ``0``) is enough: a run of
-#: digits ending a fragment is a valid number whatever its value.
-_DIGITS = "0123456789"
-
-
-def _shape(fragment: str) -> str:
-    """The fragment with its trailing digits, if any, replaced by one ``0``."""
-    stripped = fragment.rstrip(_DIGITS)
-    return stripped + "0" if len(stripped) != len(fragment) else fragment
-
-
-def _clean_fragments(table: Sequence[Any]) -> list[str | None]:
-    """Validate the interned args fragments; repair or quarantine broken ones.
-
-    Kineto writes its args text unchecked. Most of it is valid JSON; the rest
-    (stray quotes or backslashes in Python frames or string inputs) would make
-    the whole file unreadable, so it is repaired as Kineto repairs names
-    (backslash -> ``/``, newlines dropped) or, failing that, kept as one string.
-    """
-    # Whitespace around a fragment is harmless JSON; a blank one is no fragment.
-    cleaned: list[str | None] = [v if isinstance(v, str) and v and not v.isspace() else None for v in table]
-    shapes = {_shape(t) for t in cleaned if t is not None}
-    if not shapes:
-        return cleaned
-    try:  # one C-speed parse for the common case where everything is valid
-        orjson.loads("[{" + "},{".join(shapes) + "}]")
-        return cleaned
-    except orjson.JSONDecodeError:
-        pass
-    bad_shapes = {shape for shape in shapes if not _fragment_is_valid(shape)}
-    repaired = 0
-    for i, text in enumerate(cleaned):
-        if text is None or _shape(text) not in bad_shapes:
-            continue
-        sanitized = text.replace("\\", "/").replace("\n", "")
-        if _fragment_is_valid(sanitized):
-            cleaned[i] = sanitized
-        else:
-            cleaned[i] = '"Args (invalid JSON)": ' + json_string(text)
-        repaired += 1
-    log.warning("chrome_trace_invalid_args", repaired=repaired, unique_fragments=len(cleaned))
-    return cleaned
 
 
 def _metadata_entries(trace: Trace, layout: KinetoLayout = NEWEST_LAYOUT) -> list[tuple[str, str]]:
@@ -411,20 +262,20 @@ def _categories(cols: _Columns) -> tuple[list[str], np.ndarray]:
             table.append(cat)
         return lookup[cat]
 
-    for kind, cat in CATEGORY_BY_KIND.items():
-        mask = cols.kind == int(kind)
-        if mask.any():
-            index[mask] = add(cat)
-    needs_device = _kind_mask(cols.kind, tuple(DEVICE_CATEGORY_SUFFIX))
-    if needs_device.any():
-        device_types = _device_types_of_host_calls(cols)
-        for kind, suffix in DEVICE_CATEGORY_SUFFIX.items():
-            kind_mask = cols.kind == int(kind)
-            if not kind_mask.any():
-                continue
-            for dt in np.unique(device_types[kind_mask]).tolist():
-                prefix = DEVICE_NAMES.get(int(dt), DEVICE_NAMES[DEFAULT_DEVICE_TYPE])[0]
-                index[kind_mask & (device_types == dt)] = add(f"{prefix}_{suffix}")
+    device_types = None
+    for kind in EventKind:
+        kind_mask = cols.kind == int(kind)
+        if not kind_mask.any():
+            continue
+        if kind not in DEVICE_CATEGORY_SUFFIX:
+            cat = category_of(kind)
+            if cat is not None:
+                index[kind_mask] = add(cat)
+            continue
+        if device_types is None:
+            device_types = _device_types_of_host_calls(cols)
+        for dt in np.unique(device_types[kind_mask]).tolist():
+            index[kind_mask & (device_types == dt)] = add(category_of(kind, dt) or "")
     return table, index
 
 
@@ -465,13 +316,37 @@ def _optional_args(cols: _Columns, field: str, key: str, encode: Any) -> list[st
     encoded = _interned_json(cols, field, encode)
     if encoded is None:
         return None
-    return [f', "{key}": {text}' if text is not None else "" for text in encoded]
+    head = f", {_key(key)}"
+    return [f"{head}{text}" if text is not None else "" for text in encoded]
 
 
-#: Heads of standard args without an "External id" (Kineto leaves it out when there is none).
-_OP_ARGS_HEAD = ', "args": {"Record function id": 0'
-_DEVICE_ARGS_HEAD = ', "args": {"device": '
-_HOST_CALL_ARGS_HEAD = ', "args": {"correlation": '
+def _key(name: str) -> str:
+    """An args key as it precedes its value: ``"Ev Idx": ``."""
+    return f"{json_string(name)}: "
+
+
+_ARGS_OPEN = ', "args": {'
+#: Heads of standard args with an "External id" (followed by the id) and without one (Kineto
+#: leaves it out when there is none).
+_EXTERNAL_ID_HEAD = f"{_ARGS_OPEN}{_key(Arg.EXTERNAL_ID)}"
+_OP_ARGS_TAIL = f", {_key(Arg.RECORD_FUNCTION_ID)}0"
+_OP_ARGS_HEAD = f"{_ARGS_OPEN}{_key(Arg.RECORD_FUNCTION_ID)}0"
+_DEVICE_ARGS_TAIL = f", {_key(Arg.DEVICE)}"
+_DEVICE_ARGS_HEAD = f"{_ARGS_OPEN}{_key(Arg.DEVICE)}"
+_HOST_CALL_ARGS_TAIL = f", {_key(Arg.CORRELATION)}"
+_HOST_CALL_ARGS_HEAD = f"{_ARGS_OPEN}{_key(Arg.CORRELATION)}"
+_SEQUENCE_NUMBER = f", {_key(Arg.SEQUENCE_NUMBER)}"
+_FWD_THREAD_ID = f", {_key(Arg.FWD_THREAD_ID)}"
+_STREAM = f", {_key(Arg.STREAM)}"
+_CORRELATION = f", {_key(Arg.CORRELATION)}"
+_PYTHON_ARGS_HEAD = f"{_ARGS_OPEN}{_key(Arg.PYTHON_THREAD)}"
+_PYTHON_PARENT_ID = f", {_key(Arg.PYTHON_PARENT_ID)}"
+_PYTHON_ID = f", {_key(Arg.PYTHON_ID)}"
+_EV_IDX = f", {_key(Arg.EV_IDX)}"
+_FINISHED_EV_IDX = f", {_key(Arg.FINISHED)}true{_EV_IDX}"
+#: Standard args of memory and out-of-memory instants: ``str.format`` templates, one value per key.
+_MEMORY_ARGS = ', "args": {{' + ", ".join(f"{_key(k)}{{}}" for k in MEMORY_ARG_KEYS) + "}}"
+_OUT_OF_MEMORY_ARGS = ', "args": {{' + ", ".join(f"{_key(k)}{{}}" for k in OUT_OF_MEMORY_ARG_KEYS) + "}}"
 
 
 class _ArgsForm(enum.IntEnum):
@@ -500,10 +375,10 @@ class _ArgsText:
 
     def __init__(self, cols: _Columns, layout: KinetoLayout = NEWEST_LAYOUT) -> None:
         self.cols = cols
-        self.ev_idx_head = ', "finished": true, "Ev Idx": ' if layout.finished_in_op_args else ', "Ev Idx": '
+        self.ev_idx_head = _FINISHED_EV_IDX if layout.finished_in_op_args else _EV_IDX
         kind = cols.kind
         if cols.has("args"):
-            fragments = _clean_fragments(cols.batch.table("args"))
+            fragments = encode_args_table(cols.batch.table("args"))
             fragments.append(None)  # index -1 reads the last slot
             self.fragment_col = cols.col("args").astype(np.int64)
             has_fragment = np.array([f is not None for f in fragments], dtype=bool)[self.fragment_col]
@@ -514,8 +389,8 @@ class _ArgsText:
         self.fragments = fragments
         self.extra_fragments = [f", {f}" if f is not None else "" for f in fragments]
         self.ev_idx = _ev_idx(kind)
-        self.shapes_args = _optional_args(cols, "shapes", "Input Dims", _encode_shapes)
-        self.stack_args = _optional_args(cols, "stack", "Call stack", _encode_stack)
+        self.shapes_args = _optional_args(cols, "shapes", Arg.INPUT_DIMS, _encode_shapes)
+        self.stack_args = _optional_args(cols, "stack", Arg.CALL_STACK, _encode_stack)
 
         form = np.full(cols.n, _ArgsForm.NONE, dtype=np.int8)
         ops = _kind_mask(kind, (EventKind.CPU_OP, EventKind.USER_ANNOTATION))
@@ -566,9 +441,9 @@ class _ArgsText:
 
     def _op_fragment(self, idx: np.ndarray) -> list[str]:
         # External id, then the fragment as is.
-        fragments = self.fragments
+        fragments, head = self.fragments, _EXTERNAL_ID_HEAD
         return [
-            f', "args": {{"External id": {c}, {fragments[a]}}}' if c else f', "args": {{{fragments[a]}}}'
+            f"{head}{c}, {fragments[a]}}}" if c else f"{_ARGS_OPEN}{fragments[a]}}}"
             for c, a in zip(self.cols.col("correlation_id")[idx].tolist(), self.fragment_col[idx].tolist())
         ]
 
@@ -578,9 +453,10 @@ class _ArgsText:
         ev_idx_head = self.ev_idx_head
         dims = self._optional(self.shapes_args, "shapes", idx)
         stacks = self._optional(self.stack_args, "stack", idx)
+        head, tail = _EXTERNAL_ID_HEAD, _OP_ARGS_TAIL
         return [
-            (f', "args": {{"External id": {c}, "Record function id": 0' if c else _OP_ARGS_HEAD)
-            + (f', "Sequence number": {q}, "Fwd thread id": {f}' if q >= 0 else "")
+            (f"{head}{c}{tail}" if c else _OP_ARGS_HEAD)
+            + (f"{_SEQUENCE_NUMBER}{q}{_FWD_THREAD_ID}{f}" if q >= 0 else "")
             + f"{d}{st}{ev_idx_head}{e}}}"
             for c, q, f, d, st, e in zip(
                 cols.col("correlation_id")[idx].tolist(),
@@ -597,26 +473,22 @@ class _ArgsText:
         return [self.cols.col(name)[idx].tolist() for name in names] + [self.ev_idx[idx].tolist()]
 
     def _memory(self, idx: np.ndarray) -> list[str]:
+        template = _MEMORY_ARGS.format  # MEMORY_ARG_KEYS' order
         return [
-            f', "args": {{"Total Reserved": {r}, "Total Allocated": {a}, "Bytes": {b}, "Device Id": {d}, '
-            f'"Device Type": {t}, "Addr": {ad}, "finished": false, "Ev Idx": {e}}}'
-            for r, a, b, d, t, ad, e in zip(*self._memory_fields(idx))
+            template(r, a, b, d, t, ad, "false", e) for r, a, b, d, t, ad, e in zip(*self._memory_fields(idx))
         ]
 
     def _out_of_memory(self, idx: np.ndarray) -> list[str]:
-        return [
-            f', "args": {{"Device Type": {t}, "Device Id": {d}, "Bytes": {b}, "Total Allocated": {a}, '
-            f'"Total Reserved": {r}, "Ev Idx": {e}}}'
-            for r, a, b, d, t, _, e in zip(*self._memory_fields(idx))
-        ]
+        template = _OUT_OF_MEMORY_ARGS.format  # OUT_OF_MEMORY_ARG_KEYS' order
+        return [template(t, d, b, a, r, e) for r, a, b, d, t, _, e in zip(*self._memory_fields(idx))]
 
     def _python(self, idx: np.ndarray) -> list[str]:
         cols = self.cols
         ev_idx_head = self.ev_idx_head
         stacks = self._optional(self.stack_args, "stack", idx)
         return [
-            f', "args": {{"Python thread": {t}, "Python parent id": {"null" if p < 0 else p}, '
-            f'"Python id": {i}{st}{ev_idx_head}{e}}}'
+            f'{_PYTHON_ARGS_HEAD}{t}{_PYTHON_PARENT_ID}{"null" if p < 0 else p}'
+            f"{_PYTHON_ID}{i}{st}{ev_idx_head}{e}}}"
             for t, p, i, st, e in zip(
                 cols.col("thread")[idx].tolist(),
                 cols.col("python_parent_id")[idx].tolist(),
@@ -628,15 +500,15 @@ class _ArgsText:
 
     def _fragment_only(self, idx: np.ndarray) -> list[str]:
         fragments = self.fragments
-        return [f', "args": {{{fragments[a]}}}' for a in self.fragment_col[idx].tolist()]
+        return [f"{_ARGS_OPEN}{fragments[a]}}}" for a in self.fragment_col[idx].tolist()]
 
     def _device(self, idx: np.ndarray) -> list[str]:
         # External id of the launching op, device, stream, correlation, then any fragment.
         assert self.device_stream is not None
-        cols, extra = self.cols, self.extra_fragments
+        cols, extra, head, tail = self.cols, self.extra_fragments, _EXTERNAL_ID_HEAD, _DEVICE_ARGS_TAIL
         return [
-            (f', "args": {{"External id": {lc}, "device": ' if lc else _DEVICE_ARGS_HEAD)
-            + f'{d}, "stream": {st}, "correlation": {c}{extra[a]}}}'
+            (f"{head}{lc}{tail}" if lc else _DEVICE_ARGS_HEAD)
+            + f"{d}{_STREAM}{st}{_CORRELATION}{c}{extra[a]}}}"
             for lc, d, st, c, a in zip(
                 cols.col("linked_correlation_id")[idx].tolist(),
                 cols.col("device_index")[idx].tolist(),
@@ -648,9 +520,9 @@ class _ArgsText:
 
     def _host_call(self, idx: np.ndarray) -> list[str]:
         # External id of the launching op, correlation, then any fragment.
-        cols, extra = self.cols, self.extra_fragments
+        cols, extra, head, tail = self.cols, self.extra_fragments, _EXTERNAL_ID_HEAD, _HOST_CALL_ARGS_TAIL
         return [
-            (f', "args": {{"External id": {lc}, "correlation": ' if lc else _HOST_CALL_ARGS_HEAD)
+            (f"{head}{lc}{tail}" if lc else _HOST_CALL_ARGS_HEAD)
             + f"{c}{extra[a]}}}"
             for lc, c, a in zip(
                 cols.col("linked_correlation_id")[idx].tolist(),
@@ -750,17 +622,17 @@ def _lane_metadata(
     # 2.8+ put them on the process and name neither (2.12+: thread id 2**64 - 1 in events()).
     host_pids = sorted((set(np.unique(pid[host]).tolist()) | {trace.pid}) - {0})
     for p in host_pids:
-        lines.append(meta("process_name", ts, p, 0, "name", '"python"'))
-        lines.append(meta("process_labels", ts, p, 0, "labels", '"CPU"'))
-        lines.append(meta("process_sort_index", ts, p, 0, "sort_index", str(p)))
+        lines.append(meta(PROCESS_NAME, ts, p, 0, "name", '"python"'))
+        lines.append(meta(PROCESS_LABELS, ts, p, 0, "labels", '"CPU"'))
+        lines.append(meta(PROCESS_SORT_INDEX, ts, p, 0, "sort_index", str(p)))
     if host.any():
         for p, t in _unique_pairs(pid[host], tid[host]):
             if t == 0 and p != 0:
                 continue
             lines.append(
-                meta("thread_name", ts, p, t, "name", json_string(f"thread {t} (python)"))
+                meta(THREAD_NAME, ts, p, t, "name", json_string(f"thread {t} (python)"))
             )
-            lines.append(meta("thread_sort_index", ts, p, t, "sort_index", str(t)))
+            lines.append(meta(THREAD_SORT_INDEX, ts, p, t, "sort_index", str(t)))
     device = _kind_mask(cols.kind, DEVICE_KINDS)
     device_type = cols.col("device_type").astype(np.int64)
     # A device's counters sit in its process, which gets the device's name even without activity.
@@ -772,25 +644,25 @@ def _lane_metadata(
                 log.warning("chrome_trace_device_lane_shared", device_index=index)
                 continue
             named.add(index)
-            label = DEVICE_NAMES.get(dtype, DEVICE_NAMES[DEFAULT_DEVICE_TYPE])[1]
+            label = device_names(dtype)[1]
             lines.append(
-                meta("process_name", ts, index, 0, "name", json_string(f"{label} {index}"))
+                meta(PROCESS_NAME, ts, index, 0, "name", json_string(f"{label} {index}"))
             )
-            gpu_label = "GPU" if label in ("CUDA", "HIP") else label
+            gpu_label = GPU_LANE_LABEL if label in GPU_LANE_NAMES else label
             lines.append(
-                meta("process_labels", ts, index, 0, "labels", json_string(f"{gpu_label} {index}"))
+                meta(PROCESS_LABELS, ts, index, 0, "labels", json_string(f"{gpu_label} {index}"))
             )
             lines.append(
                 meta(
-                    "process_sort_index", ts, index, 0, "sort_index", str(DEVICE_SORT_INDEX_BASE + index)
+                    PROCESS_SORT_INDEX, ts, index, 0, "sort_index", str(DEVICE_SORT_INDEX_BASE + index)
                 )
             )
         for p, t in _unique_pairs(pid[device], tid[device]):
-            lines.append(meta("thread_name", ts, p, t, "name", json_string(f"stream {t}")))
-            lines.append(meta("thread_sort_index", ts, p, t, "sort_index", str(t)))
+            lines.append(meta(THREAD_NAME, ts, p, t, "name", json_string(f"stream {t}")))
+            lines.append(meta(THREAD_SORT_INDEX, ts, p, t, "sort_index", str(t)))
     if (cols.kind == int(EventKind.OVERHEAD)).any():
-        lines.append(meta("process_name", ts, -1, 0, "name", '"Overhead"'))
-        lines.append(meta("process_sort_index", ts, -1, 0, "sort_index", str(OVERHEAD_SORT_INDEX)))
+        lines.append(meta(PROCESS_NAME, ts, -1, 0, "name", '"Overhead"'))
+        lines.append(meta(PROCESS_SORT_INDEX, ts, -1, 0, "sort_index", str(OVERHEAD_SORT_INDEX)))
     return lines
 
 
@@ -833,7 +705,7 @@ class _EventText:
         self.gpu_annotation = gpu_annotation if gpu_annotation.any() else None
 
         flow_id, flow_type, flow_start = _ac2g_flows(cols)
-        known = np.isin(flow_type, list(FLOW_NAMES))
+        known = np.isin(flow_type, list(FLOW_CATEGORY_BY_TYPE))
         unknown_flows = int(((flow_id > 0) & ~known).sum())
         if unknown_flows:
             log.warning("chrome_trace_unknown_flow_type", events=unknown_flows)
@@ -931,7 +803,7 @@ class _EventText:
             ts_us[idx].tolist(),
             ts_ns[idx].tolist(),
         ):
-            flow = FLOW_NAMES[ftype]
+            flow = FLOW_CATEGORY_BY_TYPE[ftype]
             phase, binding = ("s", "") if starts else ("f", ', "bp": "e"')
             lines[i] = (
                 f'{lines[i]},\n  {{"ph": "{phase}", "id": {fid}, "pid": {p}, "tid": {t}, "ts": {tu}.{ms[tn]}, '
@@ -1057,24 +929,25 @@ def render_chrome_trace(trace: Trace, trace_name: str, layout: KinetoLayout | No
     if metadata and not layout.metadata_first:
         yield ",\n".join(metadata) + ",\n"
     chunk: list[str] = []
+    span_cat, span_name, op_count = json_string(SPAN_CATEGORY), json_string(SPAN_NAME), _key(Arg.OP_COUNT)
     if layout.metadata_first:
         chunk.append(
-            f'  {{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", '
-            f'"tid": "PyTorch Profiler", "ts": {span_ts}, "dur": {span_dur}, "args": {{"Op count": 0}}}}'
+            f'  {{"ph": "X", "cat": {span_cat}, "name": {span_name}, "pid": "Spans", '
+            f'"tid": "PyTorch Profiler", "ts": {span_ts}, "dur": {span_dur}, "args": {{{op_count}0}}}}'
         )
     else:
         chunk.append(
-            f'  {{"ph": "X", "cat": "Trace", "ts": {span_ts}, "dur": {span_dur}, "pid": "Spans", '
-            f'"tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)", "args": {{"Op count": 0}}}}'
+            f'  {{"ph": "X", "cat": {span_cat}, "ts": {span_ts}, "dur": {span_dur}, "pid": "Spans", '
+            f'"tid": "PyTorch Profiler", "name": {span_name}, "args": {{{op_count}0}}}}'
         )
     chunk.append(
         _metadata_event_text(
-            "process_sort_index", span_ts, '"Spans"', 0, "sort_index", str(SPANS_SORT_INDEX), layout=layout
+            PROCESS_SORT_INDEX, span_ts, '"Spans"', 0, "sort_index", str(SPANS_SORT_INDEX), layout=layout
         )
     )
     for name, pid_text, tid_text, ts in (
-        ("Iteration Start: PyTorch Profiler", '"Traces"', '"Trace PyTorch Profiler"', span_ts),
-        ("Record Window End", '""', '""', window_ts),
+        (ITERATION_START_NAME, '"Traces"', '"Trace PyTorch Profiler"', span_ts),
+        (WINDOW_END_NAME, '""', '""', window_ts),
     ):
         head = (
             f'"ph": "i", "s": "g", "name": "{name}"'

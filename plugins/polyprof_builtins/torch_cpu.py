@@ -32,6 +32,15 @@ from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
 from polyprof.events import EventBatch, EventKind, concat, intern_column, intern_structured_column
 from polyprof.hookspecs import hookimpl
+from polyprof.kineto_format import (
+    FLOW_TYPE_BY_CATEGORY,
+    HOST_CATEGORIES,
+    MEMORY_EVENT_NAME,
+    OUT_OF_MEMORY_EVENT_NAME,
+    Arg,
+    KinetoArgsText,
+    kineto_args_column,
+)
 from polyprof.session import user_stacklevel
 from polyprof.torch_result import (
     CollectorResult,
@@ -43,9 +52,6 @@ from polyprof.torch_result import (
 log = get_logger(__name__)
 
 SOURCE = "torch_cpu"
-
-MEMORY_EVENT_NAME = "[memory]"
-OUT_OF_MEMORY_EVENT_NAME = "[OutOfMemory]"
 
 
 def torch_unavailable_reason() -> str | None:
@@ -93,18 +99,19 @@ def _shapes_key(shapes: list) -> tuple:
     return tuple(tuple(s) if isinstance(s, list) else s for s in shapes)
 
 
-def _trace_args_by_event(result: Any, events: list[Any]) -> list[str | None]:
-    """Kineto's own args fragment for each event (what its JSON writer prints).
+def _trace_args_column(result: Any, events: list[Any]) -> tuple[np.ndarray, tuple]:
+    """The ``args`` column: Kineto's own args of each event (what its JSON writer prints).
 
-    Where torch has ``trace_activities()`` (2.13+) the fragments come from its
-    activities' ``metadata_json()``; older torch has no accessor for them, so
-    its own writer (``result.save``) writes the trace once and the fragments
-    are read back from that file (``_saved_trace_columns``). Either way they
-    are matched to ``events()`` by (name as Kineto writes it, start ns), ties
-    in order of appearance.
+    Where torch has ``trace_activities()`` (2.13+) they are its activities'
+    ``metadata_json()`` texts, kept as ``KinetoArgsText`` (checked once,
+    written as torch writes them); older torch has no accessor for them, so
+    its own writer (``result.save``) writes the trace once and the args are
+    read back from that file as mappings (``_saved_trace_columns``). Either
+    way they are matched to ``events()`` by (name as Kineto writes it, start
+    ns), ties in order of appearance.
     """
     if "trace_activities" not in torch_support.installed().result_methods:
-        return _saved_trace_rows(result, events).fragments()
+        return intern_structured_column(_saved_trace_rows(result, events).args())
     pending: dict[int, list[tuple[str, str]]] = defaultdict(list)
     try:
         for act in result.trace_activities():
@@ -120,13 +127,14 @@ def _trace_args_by_event(result: Any, events: list[Any]) -> list[str | None]:
             RuntimeWarning,
             stacklevel=2,
         )
-        return _saved_trace_rows(result, events).fragments()
+        return intern_structured_column(_saved_trace_rows(result, events).args())
     for queue in pending.values():
         queue.reverse()  # popped from the end: first in the list, first matched
-    return [
+    texts = (
         _pop_match(queue, name)[1] if (queue := pending.get(start)) else None
         for name, start in zip(_kineto_names(events), map(_accessor(events, "start_ns"), events), strict=True)
-    ]
+    )
+    return kineto_args_column(texts, len(events))
 
 
 def _saved_trace_columns(
@@ -146,7 +154,7 @@ def _saved_trace_columns(
         )
     }
     if with_args:
-        columns["args"] = intern_column(rows.fragments())
+        columns["args"] = intern_structured_column(rows.args())
     return columns
 
 
@@ -175,12 +183,6 @@ def _pop_match(queue: list[tuple[str, Any]], name: str) -> tuple[str, Any] | tup
     return None, None
 
 
-#: Categories of the events ``events()`` lists, as torch's writer files them.
-_HOST_TRACE_CATEGORIES = frozenset({"cpu_op", "user_annotation", "python_function", "cpu_instant_event"})
-#: Kineto's flow categories -> polyprof's flow_type codes (chrome_trace.FLOW_NAMES).
-_FLOW_TYPES = {"fwdbwd": 1, "ac2g": 2}
-
-
 class _SavedRows:
     """Per event of ``events()``: the matching event of torch's saved trace (or None) and its flow."""
 
@@ -188,20 +190,18 @@ class _SavedRows:
         self._rows = rows
         self._flows = flows  # id(saved event) -> (flow id, flow type, starts here)
 
-    def fragments(self) -> list[str | None]:
+    def args(self) -> list[dict[str, Any] | None]:
         """Each event's args without the ``"External id"`` the writer puts first (the exporter
-        adds it back from the correlation id), re-encoded compactly."""
-        import orjson
-
-        fragments: list[str | None] = []
+        adds it back from the correlation id)."""
+        args: list[dict[str, Any] | None] = []
         for row in self._rows:
             if row is None:
-                fragments.append(None)
+                args.append(None)
                 continue
-            args = dict(row["args"])
-            args.pop("External id", None)
-            fragments.append(orjson.dumps(args).decode()[1:-1])
-        return fragments
+            kept = dict(row["args"])
+            kept.pop(Arg.EXTERNAL_ID, None)
+            args.append(kept)
+        return args
 
     def flows(self) -> tuple[list[int], list[int], list[bool]]:
         none = (0, 0, False)
@@ -238,7 +238,7 @@ class SavedKinetoTrace:
         import tempfile
 
         import orjson
-        from polyprof.chrome_reader import us_to_ns
+        from polyprof.kineto_format import us_to_ns
 
         fd, path = tempfile.mkstemp(prefix="polyprof-kineto-", suffix=".json")
         os.close(fd)
@@ -273,12 +273,12 @@ class SavedKinetoTrace:
         for ev in doc.get("traceEvents", ()):
             ph = ev.get("ph")
             if ph in ("s", "f"):  # Kineto writes a flow right after the slice it binds to
-                flow_type = _FLOW_TYPES.get(ev.get("cat", ""))
+                flow_type = FLOW_TYPE_BY_CATEGORY.get(ev.get("cat", ""))
                 if last is not None and flow_type is not None:
                     flows[id(last)] = (int(ev.get("id", 0)), flow_type, ph == "s")
                 continue
             last = None
-            if ev.get("cat") in _HOST_TRACE_CATEGORIES and isinstance(ev.get("args"), dict):
+            if ev.get("cat") in HOST_CATEGORIES and isinstance(ev.get("args"), dict):
                 host.append(ev)
                 last = ev
         base = int(doc.get("baseTimeNanoseconds", 0))
@@ -310,25 +310,25 @@ class SavedKinetoTrace:
         frames of threads torch does not track); polyprof's own bus-thread
         frames are left out.
         """
-        import orjson
-        from polyprof.chrome_reader import us_to_ns
+        from polyprof.kineto_format import CATEGORY_BY_KIND, us_to_ns
 
-        picked = [i for i, ev in enumerate(self.host) if ev.get("cat") == "python_function"]
+        category = CATEGORY_BY_KIND[EventKind.PYTHON_FUNCTION]
+        picked = [i for i, ev in enumerate(self.host) if ev.get("cat") == category]
         n = len(picked)
         if not n:
             return EventBatch.empty(SOURCE)
         events = [self.host[i] for i in picked]
-        name_idx, names = _intern_stream((str(ev.get("name", "")) for ev in events), n)
+        name_idx, names = intern_column((str(ev.get("name", "")) for ev in events), count=n)
         args = [ev["args"] for ev in events]
-        py_id = np.array([_as_int64(a.get("Python id"), -1) for a in args], dtype=np.int64)
-        py_parent = np.array([_as_int64(a.get("Python parent id"), -1) for a in args], dtype=np.int64)
+        py_id = np.array([_as_int64(a.get(Arg.PYTHON_ID), -1) for a in args], dtype=np.int64)
+        py_parent = np.array([_as_int64(a.get(Arg.PYTHON_PARENT_ID), -1) for a in args], dtype=np.int64)
         kind = np.full(n, EventKind.PYTHON_FUNCTION, dtype=np.int8)
         own = _own_python_frames(kind, names, name_idx, py_id, py_parent)
         if own.any():
             orphans = _orphaned_by(own, py_id, py_parent)
             py_parent[orphans] = -1
             for i in np.flatnonzero(orphans).tolist():
-                args[i] = {**args[i], "Python parent id": None}
+                args[i] = {**args[i], Arg.PYTHON_PARENT_ID: None}
         columns = {
             "kind": kind,
             "name": name_idx,
@@ -340,7 +340,7 @@ class SavedKinetoTrace:
             "python_parent_id": py_parent,
             "trace_only": np.ones(n, dtype=bool),
         }
-        columns["args"], args_table = intern_column(orjson.dumps(a).decode()[1:-1] for a in args)
+        columns["args"], args_table = intern_structured_column(args)
         batch = EventBatch.build(SOURCE, columns, {"name": names, "args": args_table})
         return batch.take(np.flatnonzero(~own)) if own.any() else batch
 
@@ -459,7 +459,7 @@ class _DeferredDecoder:
                     _saved_trace_columns(result, events, with_args=self._with_args, saved=self._saved)
                 )
             elif self._with_args:
-                columns["args"] = intern_column(_trace_args_by_event(result, events))
+                columns["args"] = _trace_args_column(result, events)
             if "args" in columns and self._rerooted is not None and len(self._rerooted):
                 columns["args"] = _without_python_parent(*columns["args"], self._rerooted)
         return columns
@@ -497,21 +497,6 @@ def decode_result(
     """
     with _gc_paused():
         return _decode_now(result, config, pid=os.getpid() if pid is None else pid, claims=claims)
-
-
-class _Interner(dict):
-    """str -> index; ``map(interner.__getitem__, values)`` interns at C speed for known values."""
-
-    def __missing__(self, key: str) -> int:
-        index = self[key] = len(self)
-        return index
-
-
-def _intern_stream(values: Any, n: int) -> tuple[np.ndarray, tuple]:
-    """Intern strings straight into an int32 array, without an intermediate list."""
-    interner = _Interner()
-    indices = np.fromiter(map(interner.__getitem__, values), dtype=np.int32, count=n)
-    return indices, tuple(interner)
 
 
 def _visible_events(result: Any, claims: DeviceRowClaims | None = None) -> list[Any]:
@@ -594,26 +579,30 @@ def _own_python_frames(
     return mask
 
 
-_PYTHON_PARENT_ARG = re.compile(r'"Python parent id": *-?\d+')
-#: The same with its separator, for removal: first key (comma after) or a later one (comma before).
-_PYTHON_PARENT_ITEM = re.compile(r'^\s*"Python parent id": *-?\d+\s*,\s*|\s*,\s*"Python parent id": *-?\d+')
-
-
 def _without_python_parent(
     indices: np.ndarray, table: tuple, rows: np.ndarray
 ) -> tuple[np.ndarray, tuple]:
-    """The args column with the fragments of ``rows`` written as torch writes a root frame's:
+    """The args column with the args of ``rows`` as torch writes a root frame's:
     ``"Python parent id": null`` (before 2.15) or no such key (2.15+)."""
     omit = torch_support.installed().at_least(2, 15)
-    fragments = [table[i] if i >= 0 else None for i in indices.tolist()]
+    indices = indices.copy()
+    table_list = list(table)
     for row in rows.tolist():
-        fragment = fragments[row]
-        if fragment is not None:
-            if omit:
-                fragments[row] = _PYTHON_PARENT_ITEM.sub("", fragment, count=1)
-            else:
-                fragments[row] = _PYTHON_PARENT_ARG.sub('"Python parent id": null', fragment, count=1)
-    return intern_column(fragments)
+        index = int(indices[row])
+        if index < 0:
+            continue
+        value = table_list[index]
+        args = value.mapping() if isinstance(value, KinetoArgsText) else dict(value)
+        parent = args.get(Arg.PYTHON_PARENT_ID)
+        if not isinstance(parent, int) or isinstance(parent, bool):  # none, or null already
+            continue
+        if omit:
+            del args[Arg.PYTHON_PARENT_ID]
+        else:
+            args[Arg.PYTHON_PARENT_ID] = None
+        indices[row] = len(table_list)
+        table_list.append(args)
+    return indices, tuple(table_list)
 
 
 def _orphaned_by(own: np.ndarray, py_id: np.ndarray, py_parent: np.ndarray) -> np.ndarray:
@@ -669,9 +658,9 @@ def _decode_now(
     n = len(events)
     notes: list[str] = []
     try:
-        name_idx, names = _intern_stream(map(_accessor(events, "name"), events), n)
+        name_idx, names = intern_column(map(_accessor(events, "name"), events), count=n)
     except UnicodeDecodeError:
-        name_idx, names = _intern_stream(map(_safe_name, events), n)
+        name_idx, names = intern_column(map(_safe_name, events), count=n)
         bad = names.count(UNDECODABLE_NAME) and int((name_idx == names.index(UNDECODABLE_NAME)).sum())
         log.warning("undecodable_event_names", events=bad)
         notes.append(

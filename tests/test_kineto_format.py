@@ -143,12 +143,15 @@ def every_kind_rows() -> list[dict[str, Any]]:
 
 def test_every_category_the_writer_writes_reads_back_as_its_kind_and_device(tmp_path: Path) -> None:
     rows = every_kind_rows()
-    path = write_chrome_trace(trace_of(batch_of(rows)), tmp_path / "t.json", layout=kineto_format.NEWEST_LAYOUT)
+    path = write_chrome_trace(
+        trace_of(batch_of(rows)), tmp_path / "t.json", layout=kineto_format.NEWEST_LAYOUT
+    )
     doc = json.loads(Path(path).read_text())
     written = [
         ev
         for ev in doc["traceEvents"]
-        if ev.get("ph") in ("X", "i") and ev.get("cat", kineto_format.SPAN_CATEGORY) != kineto_format.SPAN_CATEGORY
+        if ev.get("ph") in ("X", "i")
+        and ev.get("cat", kineto_format.SPAN_CATEGORY) != kineto_format.SPAN_CATEGORY
     ]
     assert len(written) == len(rows)
     for ev, sent in zip(written, rows, strict=True):
@@ -167,7 +170,9 @@ def test_every_category_the_writer_writes_reads_back_as_its_kind_and_device(tmp_
     on_lane = np.isin(back["kind"], events_module.kind_codes(kineto_format.DEVICE_KINDS - {EventKind.SYNC}))
     # device activity reads back on its own device (the lane's name says which; HIP shares CUDA's prefix)
     assert back["device_type"][on_lane].tolist() == [
-        r["device_type"] for r in rows if EventKind(r["kind"]) in kineto_format.DEVICE_KINDS - {EventKind.SYNC}
+        r["device_type"]
+        for r in rows
+        if EventKind(r["kind"]) in kineto_format.DEVICE_KINDS - {EventKind.SYNC}
     ]
 
 
@@ -180,12 +185,15 @@ def test_every_standard_args_key_is_the_formats_and_reads_back_into_its_column(t
             r.update(nbytes=64, total_allocated=128, total_reserved=256, addr=99, device_index=-1)
         if r["kind"] == int(EventKind.PYTHON_FUNCTION):
             r.update(python_id=5, python_parent_id=4, thread=1)
-    path = write_chrome_trace(trace_of(batch_of(rows)), tmp_path / "t.json", layout=kineto_format.NEWEST_LAYOUT)
+    path = write_chrome_trace(
+        trace_of(batch_of(rows)), tmp_path / "t.json", layout=kineto_format.NEWEST_LAYOUT
+    )
     doc = json.loads(Path(path).read_text())
     keys_written = {
         key
         for ev in doc["traceEvents"]
-        if ev.get("ph") in ("X", "i") and ev.get("cat", kineto_format.SPAN_CATEGORY) != kineto_format.SPAN_CATEGORY
+        if ev.get("ph") in ("X", "i")
+        and ev.get("cat", kineto_format.SPAN_CATEGORY) != kineto_format.SPAN_CATEGORY
         for key in ev.get("args", {})
     }
     format_keys = {value for name, value in vars(Arg).items() if name.isupper()}
@@ -209,14 +217,20 @@ def test_structured_args_round_trip_through_writer_and_reader_byte_for_byte(tmp_
     args = {"Concrete Inputs": ["", "1"], "Input type": ["float", "Scalar"], "x": 1.5, "ok": True, "n": None}
     rows = [
         row(EventKind.CPU_OP, 0, correlation_id=1, args=args),
-        row(EventKind.KERNEL, 1, device_type=int(DeviceType.CUDA), correlation_id=9, args={"grid": [1, 2, 3]}),
+        row(
+            EventKind.KERNEL, 1, device_type=int(DeviceType.CUDA), correlation_id=9, args={"grid": [1, 2, 3]}
+        ),
     ]
-    first = write_chrome_trace(trace_of(batch_of(rows)), tmp_path / "a.json", layout=kineto_format.NEWEST_LAYOUT)
+    first = write_chrome_trace(
+        trace_of(batch_of(rows)), tmp_path / "a.json", layout=kineto_format.NEWEST_LAYOUT
+    )
     back = read_chrome_trace(first)
     assert back.events.values("args") == [args, {"grid": [1, 2, 3]}]
     again = tmp_path / "b.json"
     write_chrome_trace(attrs_evolve_events(trace_of(batch_of(rows)), back.events), again)
-    args_lines = [line for line in Path(first).read_text().splitlines() if '"args"' in line and "cpu_op" in line]
+    args_lines = [
+        line for line in Path(first).read_text().splitlines() if '"args"' in line and "cpu_op" in line
+    ]
     assert args_lines
     assert all(line in Path(again).read_text() for line in args_lines)
 
@@ -232,7 +246,9 @@ def test_flow_categories_and_lane_labels_are_the_formats(tmp_path: Path) -> None
         row(EventKind.RUNTIME, 0, correlation_id=5),
         row(EventKind.KERNEL, 1, device_type=int(DeviceType.XPU), device_index=1, stream=3, correlation_id=5),
     ]
-    path = write_chrome_trace(trace_of(batch_of(rows)), tmp_path / "t.json", layout=kineto_format.NEWEST_LAYOUT)
+    path = write_chrome_trace(
+        trace_of(batch_of(rows)), tmp_path / "t.json", layout=kineto_format.NEWEST_LAYOUT
+    )
     doc = json.loads(Path(path).read_text())
     flows = {ev["cat"] for ev in doc["traceEvents"] if ev.get("ph") in ("s", "f")}
     assert flows == {kineto_format.FLOW_CATEGORY_BY_TYPE[kineto_format.FLOW_AC2G]}
@@ -266,7 +282,9 @@ def _format_names() -> set[str]:
     for device in kineto_format.DEVICE_NAMES:
         categories |= set(kineto_format.kind_by_activity_type(device))
     categories |= set(kineto_format.FLOW_TYPE_BY_CATEGORY)
-    keys = {value for name, value in vars(Arg).items() if name.isupper() and (" " in value or value[0].isupper())}
+    keys = {
+        value for name, value in vars(Arg).items() if name.isupper() and (" " in value or value[0].isupper())
+    }
     return categories | keys
 
 
@@ -292,7 +310,9 @@ def _code_strings(path: Path) -> list[tuple[int, str]]:
 def test_no_category_or_args_key_is_spelled_outside_the_format_module(path: Path) -> None:
     names = _format_names()
     found = [(line, text) for line, text in _code_strings(path) if text in names]
-    assert not found, f"{path.name} spells format names itself (take them from polyprof.kineto_format): {found}"
+    assert not found, (
+        f"{path.name} spells format names itself (take them from polyprof.kineto_format): {found}"
+    )
 
 
 def test_the_gpu_plugins_activity_types_are_the_formats() -> None:
@@ -311,7 +331,11 @@ def test_torch_results_host_activity_types_are_the_formats() -> None:
 @pytest.mark.parametrize("path", FORMAT_USERS, ids=lambda p: p.name)
 def test_only_events_defines_an_interner(path: Path) -> None:
     tree = ast.parse(path.read_text())
-    classes = [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef) and "intern" in node.name.lower()]
+    classes = [
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and "intern" in node.name.lower()
+    ]
     assert classes == (["Interner"] if path.name == "events.py" else []), classes
 
 

@@ -498,7 +498,9 @@ def args_mapping(value: Any) -> dict[str, Any]:
 
 
 #: What the ``args`` column's table may hold, for messages.
-ARGS_VALUE_FORMS = "a mapping of str to JSON values, a KinetoArgsText, or (older tracers) a JSON object body str"
+ARGS_VALUE_FORMS = (
+    "a mapping of str to JSON values, a KinetoArgsText, or (older tracers) a JSON object body str"
+)
 
 
 def encode_args_table(table: Sequence[Any]) -> list[str | None]:

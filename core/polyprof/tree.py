@@ -64,7 +64,7 @@ import numpy as np
 from polyprof import torch_support
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
-from polyprof.events import API_CALL_KINDS, FIELDS, DeviceType, EventBatch, EventKind, kind_codes
+from polyprof.events import API_CALL_KINDS, FIELDS, DeviceType, EventBatch, EventKind, Interner, kind_codes
 
 if TYPE_CHECKING:
     from polyprof.config import ProfileConfig
@@ -305,24 +305,6 @@ def rewrite_name(name: str, *, with_wildcard: bool) -> str:
 def filter_stack_entry(entry: str) -> bool:
     """torch's ``_filter_stack_entry``: False for autograd/test-harness frames."""
     return all(not (file in entry and func in entry) for file, func in _FILTERED_STACK_ENTRIES)
-
-
-class _Interner:
-    """Values -> small ints, first-seen order."""
-
-    def __init__(self) -> None:
-        self.index: dict[Any, int] = {}
-        self.values: list[Any] = []
-
-    def add(self, value: Any) -> int:
-        idx = self.index.get(value)
-        if idx is None:
-            idx = self.index[value] = len(self.values)
-            self.values.append(value)
-        return idx
-
-    def table(self) -> tuple:
-        return tuple(self.values)
 
 
 def _gather(batch: EventBatch, field: str, rows: np.ndarray, dtype: Any = None) -> np.ndarray:
@@ -747,10 +729,10 @@ class EventTree:
             ("stack", "stacks"),
             ("overload", "overloads"),
         ):
-            interner = _Interner()
+            interner = Interner()
             parts = []
             for t in trees:
-                remap = [interner.add(v) for v in getattr(t, table)]
+                remap = list(map(interner.__getitem__, getattr(t, table)))
                 parts.append(_lookup(remap, getattr(t, name)))
             fields[name] = np.concatenate(parts)
             fields[table] = interner.table()
@@ -947,11 +929,11 @@ class _Builder:
         by_owner = np.argsort(kernel_owner, kind="stable")  # keeps event order within an owner
         kernel_owner, kernel_row = kernel_owner[by_owner], kernel_row[by_owner]
 
-        keys = _Interner()
-        key = _lookup([keys.add(rewrite_name(nm, with_wildcard=True)) for nm in names], name_col[source])
+        keys = Interner()
+        key = _lookup([keys[rewrite_name(nm, with_wildcard=True)] for nm in names], name_col[source])
         for name_id in np.unique(name_col[source[synthetic]]).tolist():
             # torch names its memory rows with the raw event name, not rewritten
-            key[synthetic & (name_col[source] == name_id)] = keys.add(names[name_id])
+            key[synthetic & (name_col[source] == name_id)] = keys[names[name_id]]
 
         cpu_sync = (device_type == DeviceType.CPU) & ~is_async
         parent = _populate_parents(start_us, end_us, thread, cpu_sync)
@@ -1150,9 +1132,9 @@ class _Builder:
         thread = col["thread"]
         is_user_annotation = np.isin(kind, _USER_ANNOTATION_KINDS) & ~syn
 
-        trace_names = _Interner()
+        trace_names = Interner()
         trace_name = _lookup(
-            [trace_names.add(rewrite_name(nm, with_wildcard=False)) for nm in names], _gather(b, "name", src)
+            [trace_names[rewrite_name(nm, with_wildcard=False)] for nm in names], _gather(b, "name", src)
         )
         trace_name[syn] = -1
 
@@ -1295,11 +1277,11 @@ def _filtered_stacks(table: Sequence[tuple], column: np.ndarray) -> tuple[tuple,
     dropped = {frame for frame in frames if not filter_stack_entry(frame)}  # each distinct frame once
     if not dropped:
         return tuple(table), column.astype(np.int32, copy=True)
-    interner = _Interner()
+    interner = Interner()
     remap = []
     for stack in table:
         kept = stack if dropped.isdisjoint(stack) else tuple(f for f in stack if f not in dropped)
-        remap.append(interner.add(kept) if kept else -1)
+        remap.append(interner[kept] if kept else -1)
     return interner.table(), _lookup(remap, column)
 
 

@@ -19,17 +19,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from polyprof.activity import ProfilerActivity as PA
+from polyprof.averages import KeyAveragesSummary, summarize
 from polyprof.components import Aggregator
 from polyprof.config import ProfileConfig
-from polyprof_builtins import key_averages as key_averages_plugin
-from polyprof_builtins.key_averages import KeyAverages, KeyAveragesSummary, summarize
-from polyprof_builtins.torch_cpu import decode_result
 from polyprof.results import EventList, FunctionEvent, FunctionEventAvg, ProfileResults
 from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
 from polyprof.torch_support import installed
 from polyprof.trace import Trace
+from polyprof.tree import post_processing_rules, tree_for
+from polyprof_builtins import key_averages as key_averages_plugin
+from polyprof_builtins.key_averages import KeyAverages
+from polyprof_builtins.torch_cpu import decode_result
 
 torch = pytest.importorskip("torch")
 from torch._C._profiler import _ExperimentalConfig  # noqa: E402
@@ -673,19 +674,22 @@ def _small_trace() -> Trace:
 
 def test_aggregator_summary_is_columnar_and_first_seen() -> None:
     trace = _small_trace()
-    summary = KeyAverages().aggregate(trace)
+    tree = tree_for(trace, None)
+    summary = KeyAverages().aggregate(trace, tree=tree)
     assert isinstance(summary, KeyAveragesSummary)
     assert summary.keys == ["outer", "aten::mm"]
     assert summary.count.tolist() == [2, 2]
     assert summary.cpu_time_total.tolist() == [11.0, 5.0]
     assert summary.self_cpu_time_total.tolist() == [6.0, 5.0]
     assert summary.group_of_row.tolist() == [0, 1, 1, 0]
-    shaped = KeyAverages().aggregate(trace, group_by_input_shape=True)
+    shaped = KeyAverages().aggregate(trace, tree=tree, group_by_input_shape=True)
     assert shaped.keys == ["outer", "aten::mm", "aten::mm"] and shaped.count.tolist() == [2, 1, 1]
     with pytest.raises(TypeError, match="group_by_stack"):
-        KeyAverages().aggregate(trace, group_by_stack=2)
+        KeyAverages().aggregate(trace, tree=tree, group_by_stack=2)
     with pytest.raises(ValueError, match=">= 0"):
-        KeyAverages().aggregate(trace, group_by_stack_n=-2)
+        KeyAverages().aggregate(trace, tree=tree, group_by_stack_n=-2)
+    subset = KeyAverages().aggregate(trace, tree=tree, rows=np.array([1, 0]))
+    assert subset.keys == ["aten::mm", "outer"] and subset.count.tolist() == [1, 1]
 
 
 def test_summarize_subsets_of_rows() -> None:
@@ -706,6 +710,7 @@ class _ListAggregator(Aggregator):
         self.options: dict[str, Any] = {}
 
     def aggregate(self, trace: Trace, **options: Any) -> Any:
+        self.trace = trace
         self.options = options
         return self.result
 
@@ -717,10 +722,42 @@ def test_results_use_the_sessions_key_averages_aggregator() -> None:
     results = ProfileResults(traces=(_small_trace(),), aggregators={"key_averages": replacement})
     out = results.key_averages(group_by_stack_n=1)
     assert isinstance(out, EventList) and [e.key for e in out] == ["custom"]
-    assert replacement.options["group_by_stack_n"] == 1 and replacement.options["use_device"] is None
-    broken = ProfileResults(traces=(_small_trace(),), aggregators={"key_averages": _ListAggregator(42)})
-    with pytest.raises(TypeError, match="KeyAveragesSummary"):
-        broken.key_averages()
+    given = replacement.options
+    assert replacement.trace is results.traces[0]
+    assert given["tree"] is results.tree()  # the tree the results built, handed over, not looked up
+    assert given["rows"].tolist() == [0, 1, 2, 3] and not given["rows"].flags.writeable
+    expected_python = not post_processing_rules().key_averages_skips_python_functions
+    assert {k: v for k, v in given.items() if k not in ("tree", "rows")} == {
+        "group_by_input_shape": False,
+        "group_by_stack_n": 1,
+        "group_by_overload_name": False,
+        "include_python_functions": expected_python,
+    }
+    # A slice of events() takes the same route, with its own rows.
+    assert [e.key for e in results.events()[1:3].key_averages()] == ["custom"]
+    assert given is not replacement.options and replacement.options["rows"].tolist() == [1, 2]
+
+
+def test_an_unusable_aggregator_result_is_a_type_error_naming_it() -> None:
+    for result, problem in ((42, "returned int"), ([object()], "lacks")):
+        broken = ProfileResults(traces=(_small_trace(),), aggregators={"key_averages": _ListAggregator(result)})
+        with pytest.raises(TypeError, match=f"_ListAggregator.*{problem}.*KeyAveragesSummary"):
+            broken.key_averages()
+        with pytest.raises(TypeError, match="_ListAggregator"):
+            broken.events().key_averages()
+
+
+def test_a_summary_from_the_aggregator_is_wrapped_with_the_events_views() -> None:
+    class Summarizing(Aggregator):
+        name = "key_averages"
+
+        def aggregate(self, trace: Trace, *, tree: Any, rows: Any, **grouping: Any) -> KeyAveragesSummary:
+            return summarize(tree, rows=rows[::-1], **grouping)  # last-seen first
+
+    results = ProfileResults(traces=(_small_trace(),), aggregators={"key_averages": Summarizing()})
+    averages = results.key_averages()
+    assert [(a.key, a.count) for a in averages] == [("outer", 2), ("aten::mm", 2)]
+    assert averages[1].cpu_parent is results.events()[0]  # the same views as events()
 
 
 def test_profile_results_need_a_trace() -> None:

@@ -12,15 +12,15 @@ import os
 from typing import Any
 
 import pytest
-
 from polyprof.activity import ProfilerActivity as PA
+from polyprof.collapsed_stacks import SUPPORTED_METRICS, metric_attribute
 from polyprof.config import ProfileConfig
 from polyprof.events import EventKind
-from polyprof_builtins import stacks as stacks_plugin
-from polyprof_builtins.stacks import SUPPORTED_METRICS, StacksExporter, metric_attribute
-from polyprof_builtins.torch_cpu import decode_result
 from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
 from polyprof.trace import Trace
+from polyprof_builtins import stacks as stacks_plugin
+from polyprof_builtins.stacks import StacksExporter
+from polyprof_builtins.torch_cpu import decode_result
 
 torch = pytest.importorskip("torch")
 from torch._C._profiler import _ExperimentalConfig  # noqa: E402
@@ -48,6 +48,9 @@ def stack_profile() -> tuple[Any, Trace]:
         model(x).backward()
     config = ProfileConfig(activities={PA.CPU}, with_stack=True, verbose=True)
     batch, facts = decode_result(prof.profiler.kineto_results, config)
+    # torch names some frames from memory its raw result does not own; let it parse before that
+    # memory is reused (the trees built below are garbage once a test has used them).
+    prof.events()
     trace = Trace(
         events=batch, config=config, start_ns=facts["start_ns"], end_ns=facts["start_ns"], pid=os.getpid()
     )

@@ -25,17 +25,17 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from polyprof import torch_support
 from polyprof import tree as tree_module
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
-from polyprof.events import DeviceType, EventBatch, EventKind
+from polyprof.events import DeviceType, EventBatch, EventKind, concat
 from polyprof.testing import make_event_batch, make_trace
 from polyprof.tree import (
     FILTERED_NAMES,
     LAZY_COLUMNS,
     EventTree,
+    MergedTrace,
     PostProcessingRules,
     _neumaier_by_segment,
     _populate_parents,
@@ -1066,7 +1066,7 @@ class _CountingProvider:
 
 
 def test_building_and_summarizing_never_decode_deferred_columns() -> None:
-    from polyprof_builtins.key_averages import summarize
+    from polyprof.averages import summarize
 
     n = 4
     providers = {
@@ -1108,10 +1108,45 @@ def test_lazy_column_names_are_checked() -> None:
     assert set(LAZY_COLUMNS) >= {"event_id", "scope", "sequence_nr"}
 
 
-def test_tree_for_caches_per_trace_and_device() -> None:
+def test_tree_for_builds_from_the_trace_alone() -> None:
+    """No module cache: each call builds the trace's own tree, so no caller can plant another one."""
     trace = make_trace(make_event_batch([{"name": "a", "start_ns": 0, "dur_ns": 5}]))
-    assert tree_for(trace, None) is tree_for(trace, None)
-    assert tree_for(trace, "cuda") is not tree_for(trace, None)
+    first, second = tree_for(trace, None), tree_for(trace, None)
+    assert first is not second
+    assert first.key.tolist() == second.key.tolist() and first.end_us.tolist() == second.end_us.tolist()
+    assert tree_for(trace, "cuda").use_device == "cuda"
+    assert not hasattr(tree_module, "_cache") and not hasattr(tree_module, "remember_tree")
+
+
+def test_merged_trace_tree_is_its_cycles_trees_concatenated() -> None:
+    """torch lists acc_events cycle by cycle, each timed from its own start: not one tree of all events."""
+    cycles = tuple(
+        make_trace(
+            make_event_batch(
+                [
+                    {"name": "outer", "start_ns": base, "dur_ns": 10_000, "thread": 1},
+                    {"name": "inner", "start_ns": base + 1_000, "dur_ns": 3_000, "thread": 1},
+                ]
+            ),
+            start_ns=base,
+        )
+        for base in (1_000_000, 0)  # newest first
+    )
+    merged = MergedTrace(
+        events=concat([c.events for c in cycles], source="merged"),
+        config=cycles[0].config,
+        start_ns=0,
+        end_ns=1_010_000,
+        pid=1,
+        cycles=cycles,
+    )
+    tree = tree_for(merged, None)
+    expected = EventTree.concat([EventTree.from_trace(c, use_device=None) for c in cycles])
+    assert tree.start_us.tolist() == expected.start_us.tolist() == [0.0, 1.0, 0.0, 1.0]
+    assert tree.parent.tolist() == expected.parent.tolist() == [-1, 0, -1, 2]
+    assert tree.trace_index.tolist() == [0, 0, 1, 1]
+    # The merged events as one trace would time the older cycle from the newer one's start.
+    assert EventTree.from_trace(merged, use_device=None).start_us.tolist() != tree.start_us.tolist()
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="checks the sequential path used before 3.12")

@@ -25,9 +25,16 @@ import attrs
 from polyprof.activity import ProfilerActivity
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
+
+    from polyprof.averages import KeyAveragesSummary
     from polyprof.config import ProfileConfig
     from polyprof.events import EventBatch
+    from polyprof.results import FunctionEventAvg
     from polyprof.trace import Trace
+    from polyprof.tree import EventTree
 
 
 @attrs.frozen
@@ -171,13 +178,37 @@ class Subscriber(abc.ABC):
 
 
 class Aggregator(abc.ABC):
-    """Summarises a finished trace (``key_averages`` is the built-in one)."""
+    """Summarises a finished recording's events (``key_averages`` is the built-in one).
+
+    The session's aggregator named ``key_averages`` answers every
+    ``key_averages()`` table: ``prof.key_averages()``,
+    ``prof.events().key_averages()`` (and that of any list of the recording's
+    events), the legacy profile's and the autograd shim's. Called on the thread
+    that asks for the table, once per table; must not change what it is given.
+    """
 
     name: str = "aggregator"
 
     @abc.abstractmethod
-    def aggregate(self, trace: Trace, **options: Any) -> Any:
-        """Compute the summary; ``options`` are the caller's grouping choices."""
+    def aggregate(
+        self, trace: Trace, *, tree: EventTree, rows: np.ndarray, **options: Any
+    ) -> KeyAveragesSummary | Sequence[FunctionEventAvg]:
+        """Summarise ``rows`` of ``tree``.
+
+        :param trace: the recording (several ``acc_events`` cycles come as one
+            ``polyprof.tree.MergedTrace``): configuration, metadata, raw events.
+        :param tree: the recording's events with torch's semantics (parents, self
+            times, device time for ``tree.use_device``), as ``prof.events()`` lists them.
+        :param rows: read-only int64 indices into ``tree``: the events to summarise,
+            in the order their groups are first seen.
+        :param options: for ``key_averages``, always ``group_by_input_shape`` (bool),
+            ``group_by_stack_n`` (int >= 0), ``group_by_overload_name`` (bool) and
+            ``include_python_functions`` (bool, resolved for the installed torch).
+        :returns: for ``key_averages``, a ``polyprof.averages.KeyAveragesSummary`` of
+            ``tree`` (``polyprof.averages.summarize`` makes one; polyprof turns it into
+            ``FunctionEventAvg`` rows) or a sequence of ``polyprof.results.FunctionEventAvg``,
+            one per group; anything else is a ``TypeError`` naming the aggregator.
+        """
 
 
 class Exporter(abc.ABC):

@@ -132,6 +132,10 @@ def polyprof_make_aggregators(config: ProfileConfig) -> list[Aggregator] | None:
     Called once per session. Not firstresult. When two plugins return an
     aggregator with the same name, the one registered later wins, so an
     installed plugin can replace a built-in (built-ins use ``trylast``).
+    The one named ``key_averages`` answers every ``key_averages()`` table
+    of the session's recordings: ``Aggregator.aggregate(trace, tree=...,
+    rows=..., **grouping)`` returns a ``polyprof.averages.KeyAveragesSummary``
+    or a sequence of ``FunctionEventAvg``.
 
     :param config: the session's configuration.
     :returns: a list of ``Aggregator`` objects.

@@ -76,6 +76,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from polyprof import frontend_results
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.config import check_plugin_manager, config_flag, truth_flag
@@ -283,46 +284,18 @@ class profile:  # noqa: N801 - torch's name
             self._function_events = _legacy_event_list(self._results)
         return self._function_events
 
-    def table(
-        self,
-        sort_by: str | None = None,
-        row_limit: int = 100,
-        max_src_column_width: int = 75,
-        max_name_column_width: int = 55,
-        max_shapes_column_width: int = 80,
-        header: str | None = None,
-        top_level_events_only: bool = False,
-    ) -> str:
-        """torch's table of the raw events (``sort_by="id"``: newest first, as torch sorts descending)."""
-        return self._finished_events("table()").table(
-            sort_by=sort_by,
-            row_limit=row_limit,
-            max_src_column_width=max_src_column_width,
-            max_name_column_width=max_name_column_width,
-            max_shapes_column_width=max_shapes_column_width,
-            header=header,
-            top_level_events_only=top_level_events_only,
-        )
+    # torch's table (``sort_by="id"``: newest first, as torch sorts descending), total_average() and
+    # self_cpu_time_total, over function_events.
+    table = frontend_results.table
+    total_average = frontend_results.total_average
+    self_cpu_time_total = frontend_results.self_cpu_time_total
 
     def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0) -> Any:
-        """Events averaged by name (and input shapes, and the top ``group_by_stack_n`` frames)."""
-        events = self._finished_events("key_averages()")
-        aggregator = (self._results.aggregators or {}).get("key_averages")
-        if aggregator is not None and not _is_builtin_key_averages(aggregator):
-            # A plugin replaced the built-in aggregator: it gets the say, in its own row order.
-            return self._results.key_averages(
-                group_by_input_shape=group_by_input_shape, group_by_stack_n=group_by_stack_n
-            )
-        return events.key_averages(group_by_input_shape, group_by_stack_n)
+        """Events averaged by name (and input shapes, and the top ``group_by_stack_n`` frames).
 
-    def total_average(self) -> Any:
-        """Every event summed into one ``FunctionEventAvg`` keyed ``"Total"``."""
-        return self._finished_events("total_average()").total_average()
-
-    @property
-    def self_cpu_time_total(self) -> float:
-        """The sum of the events' self CPU time (µs)."""
-        return self._finished_events("self_cpu_time_total").self_cpu_time_total
+        In the legacy profiler's row order, through the session's ``key_averages`` aggregator.
+        """
+        return self._finished_events("key_averages()").key_averages(group_by_input_shape, group_by_stack_n)
 
     def export_chrome_trace(self, path: str | os.PathLike[str]) -> str:
         """Write torch's legacy Chrome trace (a JSON array of ``"ph": "X"`` events) atomically.
@@ -357,12 +330,6 @@ class profile:  # noqa: N801 - torch's name
         return repr(self.function_events)
 
 
-def _is_builtin_key_averages(aggregator: Any) -> bool:
-    from polyprof_builtins.key_averages import KeyAverages
-
-    return type(aggregator) is KeyAverages
-
-
 def _without_python_functions(trace: Any) -> Any:
     """``trace`` without ``python_function`` events (the legacy profiler records none)."""
     from polyprof.events import EventKind
@@ -379,13 +346,10 @@ def _legacy_event_list(results: Any) -> Any:
 
     torch's legacy parse gives those rows start time 0, so its sort puts them first.
     """
-    from polyprof.results import EventList
-
     tree = results.tree()
-    config = results.traces[-1].config
     rows = None
     if MEMORY_EVENT_NAME in tree.keys:
         memory = tree.synthetic & (tree.key == tree.keys.index(MEMORY_EVENT_NAME))
         if memory.any():
             rows = np.concatenate([np.flatnonzero(memory), np.flatnonzero(~memory)])
-    return EventList._of_tree(tree, rows, profile_memory=config.profile_memory, with_flops=config.with_flops)
+    return results.event_list(rows)

@@ -24,12 +24,18 @@ Differences in how they are made:
   ``export_stacks`` with vectorized code; after arbitrary edits it falls back
   to torch's per-object algorithms, with the same results.
 * ``FunctionEventAvg`` is a plain mutable object, as in torch; the ones from
-  ``key_averages`` are built from the ``key_averages`` aggregator's columnar
-  summary (``polyprof_builtins.key_averages``).
+  ``key_averages`` are built from a columnar ``KeyAveragesSummary``
+  (``polyprof.averages``).
 
 ``ProfileResults`` is what a profiler frontend holds after recording: its
-traces (several with ``acc_events``, newest first in ``events()`` as in torch)
-and ``use_device``.
+traces (several with ``acc_events``, newest first in ``events()`` as in torch),
+``use_device`` and the session's aggregators. Every ``key_averages()`` table
+takes one route (``_average_by_key``): ``prof.key_averages()``,
+``prof.events().key_averages()`` and the key averages of any list of a
+recording's events ask the session's aggregator named ``key_averages``,
+handing it the recording's trace, its ``EventTree`` and the rows to summarise;
+without a session (a saved trace, a list built by hand) the same rows go to
+``polyprof.averages.summarize``, which the built-in aggregator wraps.
 """
 
 from __future__ import annotations
@@ -40,28 +46,34 @@ import os
 import sys
 import threading
 import warnings
-import weakref
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableSequence, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
+
 from polyprof._log import get_logger
+from polyprof.averages import KEY_AVERAGES, KeyAveragesSummary, summarize
+from polyprof.collapsed_stacks import (
+    SUPPORTED_METRICS,
+    collapsed_stack_lines,
+    collapsed_stack_lines_of_objects,
+    write_lines,
+)
 from polyprof.events import CATEGORY_BY_KIND, FIELDS, DeviceType, EventKind, concat
 from polyprof.table import format_time
 from polyprof.tree import (
     LAZY_COLUMNS,
     EventTree,
+    MergedTrace,
     post_processing_rules,
     python_sum_by_segment,
-    remember_tree,
     tree_for,
 )
 
 if TYPE_CHECKING:
     from polyprof.components import Aggregator
-    from polyprof_builtins.key_averages import KeyAveragesSummary
     from polyprof.trace import Trace
 
 log = get_logger(__name__)
@@ -78,7 +90,6 @@ __all__ = [
 ]
 
 Kernel = namedtuple("Kernel", ["name", "device", "duration"])
-
 
 
 def _device_type_members() -> dict[int, Any]:
@@ -174,7 +185,7 @@ def probe_torch_event_surface() -> TorchEventSurface:
             warnings.simplefilter("always")
             try:
                 getattr(event, name)
-            except Exception:  # noqa: BLE001 - a bare probe event's property may fail; warnings count
+            except Exception:
                 continue
         if caught:
             deprecated[name] = (caught[0].category, str(caught[0].message))
@@ -282,11 +293,15 @@ class _EventStore:
 
     A view reads ``values(name)[row]``: each column becomes a list once, on
     first use, so reading an attribute of every event costs a list index, not
-    a numpy scalar conversion. Each row's view is made once, so identity holds.
+    a numpy scalar conversion. Each row's view is made once, so identity holds
+    among the lists that share the store. ``results`` is the recording the tree
+    belongs to (None for a tree given by hand): its aggregators answer
+    ``key_averages`` for every list of these views.
     """
 
-    def __init__(self, tree: EventTree) -> None:
+    def __init__(self, tree: EventTree, results: ProfileResults | None = None) -> None:
         self.tree = tree
+        self.results = results
         self._views: list[FunctionEvent | None] = [None] * len(tree)
         self._values: dict[str, list[Any]] = {}
         self._lock = threading.Lock()
@@ -455,18 +470,6 @@ _ZERO_WHERE = {
     "device_time_total": _without_device_time,
     "self_device_time_total": _without_device_time,
 }
-
-
-_stores_lock = threading.Lock()
-_stores: weakref.WeakKeyDictionary[EventTree, _EventStore] = weakref.WeakKeyDictionary()
-
-
-def _store_for(tree: EventTree) -> _EventStore:
-    with _stores_lock:
-        store = _stores.get(tree)
-        if store is None:
-            store = _stores[tree] = _EventStore(tree)
-        return store
 
 
 # ------------------------------------------------------------ FunctionEvent
@@ -1001,9 +1004,15 @@ def _average_of_row(store: _EventStore, row: int) -> FunctionEventAvg:
 def wrap_key_averages(
     summary: KeyAveragesSummary, *, profile_memory: bool = False, with_flops: bool = False
 ) -> EventList:
-    """The ``key_averages`` aggregator's columnar summary as torch's list of ``FunctionEventAvg``."""
+    """A columnar ``KeyAveragesSummary`` as torch's list of ``FunctionEventAvg``."""
+    return _wrap_summary(summary, _EventStore(summary.tree), profile_memory, with_flops)
+
+
+def _wrap_summary(
+    summary: KeyAveragesSummary, store: _EventStore, profile_memory: bool, with_flops: bool
+) -> EventList:
+    """``summary`` as ``FunctionEventAvg`` rows whose ``cpu_parent`` / ``cpu_children`` are ``store``'s views."""
     tree = summary.tree
-    store = _store_for(tree)
     n_stack = summary.group_by_stack_n
     sums = {name: getattr(summary, name).tolist() for name in (*_AVG_SUMMED, "flops")}
     considered = summary.group_of_row >= 0
@@ -1032,6 +1041,72 @@ def wrap_key_averages(
     )
 
 
+#: What each row of an aggregator's sequence needs (what ``FunctionEventAvg.add`` reads).
+_AVERAGE_ATTRIBUTES = ("key", *_AVG_SUMMED, "flops")
+
+
+def _average_by_key(
+    store: _EventStore,
+    rows: np.ndarray,
+    *,
+    group_by_input_shape: bool,
+    group_by_stack_n: int,
+    group_by_overload_name: bool,
+    include_python_functions: bool | None,
+    profile_memory: bool,
+    with_flops: bool,
+) -> EventList:
+    """The one route to every ``key_averages()`` table: ``rows`` of ``store``'s tree averaged by key.
+
+    When the tree belongs to a recording whose session has an aggregator named
+    ``key_averages`` (the built-in one, or a plugin's that replaced it), that
+    aggregator answers, given the recording's trace, the tree and the rows;
+    otherwise ``polyprof.averages.summarize`` does (what the built-in returns).
+
+    :param include_python_functions: None: the installed torch's default; the
+        aggregator is always given the resolved bool.
+    :raises TypeError: the aggregator returned something that is not a
+        ``KeyAveragesSummary`` or a sequence of ``FunctionEventAvg``-like rows.
+    """
+    if include_python_functions is None:
+        include_python_functions = not post_processing_rules().key_averages_skips_python_functions
+    grouping = {
+        "group_by_input_shape": bool(group_by_input_shape),
+        "group_by_stack_n": group_by_stack_n,
+        "group_by_overload_name": bool(group_by_overload_name),
+        "include_python_functions": bool(include_python_functions),
+    }
+    rows = np.array(rows, dtype=np.int64).reshape(-1)
+    rows.setflags(write=False)
+    results = store.results
+    aggregator = (results.aggregators or {}).get(KEY_AVERAGES) if results is not None else None
+    if aggregator is None or results is None:
+        return _wrap_summary(summarize(store.tree, rows=rows, **grouping), store, profile_memory, with_flops)
+    result = aggregator.aggregate(results.merged_trace(), tree=store.tree, rows=rows, **grouping)
+    if isinstance(result, KeyAveragesSummary):
+        # A summary of another tree (the aggregator built its own) gets views of that tree.
+        owner = store if result.tree is store.tree else _EventStore(result.tree)
+        return _wrap_summary(result, owner, profile_memory, with_flops)
+    if isinstance(result, Sequence) and not isinstance(result, (str, bytes)):
+        for item in result:
+            missing = [name for name in _AVERAGE_ATTRIBUTES if not hasattr(item, name)]
+            if missing:
+                raise TypeError(
+                    f"the key_averages aggregator {type(aggregator).__name__} returned a "
+                    f"{type(item).__name__} row that lacks {missing}; expected a KeyAveragesSummary "
+                    "or a sequence of FunctionEventAvg"
+                )
+        if isinstance(result, EventList):
+            return result
+        return EventList(
+            result, use_device=store.tree.use_device, profile_memory=profile_memory, with_flops=with_flops
+        )
+    raise TypeError(
+        f"the key_averages aggregator {type(aggregator).__name__} returned {type(result).__name__}; "
+        "expected a KeyAveragesSummary or a sequence of FunctionEventAvg"
+    )
+
+
 # ---------------------------------------------------------------- EventList
 
 #: Default of parameters that not every supported torch has: tells "not given" from any value.
@@ -1051,15 +1126,15 @@ def _refuse_key_averages_arguments(method: str, **arguments: Any) -> None:
         )
 
 
+def _check_stack_n(group_by_stack_n: Any) -> None:
+    if isinstance(group_by_stack_n, bool) or not isinstance(group_by_stack_n, int) or group_by_stack_n < 0:
+        raise ValueError(f"group_by_stack_n must be an int >= 0, got {group_by_stack_n!r}")
+
+
 #: Views are made in chunks while iterating: one lock per chunk, little memory up front.
 _VIEW_CHUNK = 4096
 
-SUPPORTED_EXPORT_STACKS_METRICS = (
-    "self_cpu_time_total",
-    "self_cuda_time_total",
-    "self_xpu_time_total",
-    "self_privateuse1_time_total",
-)
+SUPPORTED_EXPORT_STACKS_METRICS = SUPPORTED_METRICS
 
 
 class EventList(MutableSequence):
@@ -1087,6 +1162,23 @@ class EventList(MutableSequence):
         self._tree_built = True
 
     @classmethod
+    def _of_store(
+        cls,
+        store: _EventStore,
+        rows: np.ndarray | None = None,
+        *,
+        profile_memory: bool = False,
+        with_flops: bool = False,
+    ) -> EventList:
+        """The views of ``store``'s tree rows (all, or ``rows`` in that order), made lazily."""
+        tree = store.tree
+        out = cls(use_device=tree.use_device, profile_memory=profile_memory, with_flops=with_flops)
+        out._items = None
+        out._store = store
+        out._rows = np.arange(len(tree), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+        return out
+
+    @classmethod
     def _of_tree(
         cls,
         tree: EventTree,
@@ -1095,17 +1187,13 @@ class EventList(MutableSequence):
         profile_memory: bool = False,
         with_flops: bool = False,
     ) -> EventList:
-        """The events of ``tree`` (all rows, or ``rows`` in that order), made lazily."""
-        out = cls(use_device=tree.use_device, profile_memory=profile_memory, with_flops=with_flops)
-        out._items = None
-        out._store = _store_for(tree)
-        out._rows = np.arange(len(tree), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
-        return out
+        """The events of a tree given by hand (no recording, so no aggregator), made lazily."""
+        return cls._of_store(_EventStore(tree), rows, profile_memory=profile_memory, with_flops=with_flops)
 
     def _derived(self, rows_or_items: Any) -> EventList:
         if self._store is not None and isinstance(rows_or_items, np.ndarray):
-            out = EventList._of_tree(
-                self._store.tree,
+            out = EventList._of_store(
+                self._store,
                 rows_or_items,
                 profile_memory=self._profile_memory,
                 with_flops=self._with_flops,
@@ -1127,17 +1215,17 @@ class EventList(MutableSequence):
             self._rows = None
         return self._items
 
-    def _tree_rows(self) -> tuple[EventTree, np.ndarray] | None:
-        """(tree, rows) when every element is a view of one tree, else None."""
+    def _tree_rows(self) -> tuple[_EventStore, np.ndarray] | None:
+        """(store, rows) when every element is a view of one store's tree, else None."""
         if self._store is not None and self._rows is not None:
-            return self._store.tree, self._rows
+            return self._store, self._rows
         items = self._items or []
         if not items or not all(type(e) is FunctionEvent for e in items):
             return None
         store = items[0]._store
         if any(e._store is not store for e in items):
             return None
-        return store.tree, np.fromiter((e._row for e in items), dtype=np.int64, count=len(items))
+        return store, np.fromiter((e._row for e in items), dtype=np.int64, count=len(items))
 
     # -------------------------------------------------------- sequence
 
@@ -1211,8 +1299,8 @@ class EventList(MutableSequence):
         located = self._tree_rows()
         if located is None:
             return sum(event.self_cpu_time_total for event in self)
-        tree, rows = located
-        values = tree.self_cpu_time_total[rows]
+        store, rows = located
+        values = store.tree.self_cpu_time_total[rows]
         if not len(values):
             return 0
         return float(python_sum_by_segment(np.zeros(len(values), dtype=np.int64), values, 1)[0])
@@ -1272,27 +1360,19 @@ class EventList(MutableSequence):
         )
         by_overload = bool(group_by_overload_name) if group_by_overload_name is not _NOT_GIVEN else False
         include_python = None if include_python_functions is _NOT_GIVEN else bool(include_python_functions)
-        if (
-            isinstance(group_by_stack_n, bool)
-            or not isinstance(group_by_stack_n, int)
-            or group_by_stack_n < 0
-        ):
-            raise ValueError(f"group_by_stack_n must be an int >= 0, got {group_by_stack_n!r}")
+        _check_stack_n(group_by_stack_n)
         located = self._tree_rows()
         if located is not None:
-            from polyprof_builtins.key_averages import summarize
-
-            tree, rows = located
-            summary = summarize(
-                tree,
-                rows=rows,
+            store, rows = located
+            return _average_by_key(
+                store,
+                rows,
                 group_by_input_shape=bool(group_by_input_shapes),
                 group_by_stack_n=group_by_stack_n,
                 group_by_overload_name=by_overload,
                 include_python_functions=include_python,
-            )
-            return wrap_key_averages(
-                summary, profile_memory=self._profile_memory, with_flops=self._with_flops
+                profile_memory=self._profile_memory,
+                with_flops=self._with_flops,
             )
         if include_python is None:
             include_python = not post_processing_rules().key_averages_skips_python_functions
@@ -1352,8 +1432,9 @@ class EventList(MutableSequence):
                 total.key = None
             total.key = "Total"
             return total
-        tree, rows = located
-        total = _average_of_row(_store_for(tree), int(rows[-1]))  # the last event's fields
+        store, rows = located
+        tree = store.tree
+        total = _average_of_row(store, int(rows[-1]))  # the last event's fields
         zeros = np.zeros(len(rows), dtype=np.int64)
 
         def sequential(values: np.ndarray) -> float:
@@ -1386,15 +1467,9 @@ class EventList(MutableSequence):
 
         :raises ValueError: ``metric`` is not one of ``supported_export_stacks_metrics()``.
         """
-        from polyprof_builtins.stacks import (
-            collapsed_stack_lines,
-            collapsed_stack_lines_of_objects,
-            write_lines,
-        )
-
         located = self._tree_rows()
         if located is not None:
-            lines = collapsed_stack_lines(located[0], metric, rows=located[1])
+            lines = collapsed_stack_lines(located[0].tree, metric, rows=located[1])
         else:
             lines = collapsed_stack_lines_of_objects(self, metric)
         return write_lines(path, lines)
@@ -1435,16 +1510,21 @@ class ProfileResults:
     """What a profiler holds after recording: its traces and how to read them.
 
     With several traces (``acc_events``) ``events()`` lists the newest cycle
-    first, each cycle's events in torch's order, as torch does.
+    first, each cycle's events in torch's order, as torch does. Every list of
+    its events (``events()``, ``event_list(rows)``, their slices) shares one set
+    of views, and averages by key through the session's ``key_averages``
+    aggregator (``_average_by_key``).
     """
 
     traces: tuple[Trace, ...] = attrs.field(converter=tuple)
     use_device: str | None = None
-    #: The session's aggregators by name; ``key_averages`` is used when present.
+    #: The session's aggregators by name; the one named ``key_averages`` answers every
+    #: ``key_averages()`` of these results (``polyprof.averages.summarize`` when there is none).
     aggregators: Mapping[str, Aggregator] | None = None
     _events: EventList | None = attrs.field(default=None, init=False)
     _tree: EventTree | None = attrs.field(default=None, init=False)
-    _merged: Trace | None = attrs.field(default=None, init=False)
+    _store: _EventStore | None = attrs.field(default=None, init=False)
+    _merged: MergedTrace | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.traces:
@@ -1455,34 +1535,45 @@ class ProfileResults:
         return self.traces[-1].config
 
     def tree(self) -> EventTree:
-        """All events as one ``EventTree`` (newest cycle first)."""
+        """All events as one ``EventTree`` (newest cycle first), built once."""
         if self._tree is None:
             trees = [tree_for(t, self.use_device) for t in reversed(self.traces)]
             self._tree = EventTree.concat(trees)
         return self._tree
 
+    def _event_store(self) -> _EventStore:
+        if self._store is None:
+            self._store = _EventStore(self.tree(), results=self)
+        return self._store
+
+    def event_list(self, rows: np.ndarray | None = None) -> EventList:
+        """A new ``EventList`` of ``rows`` of ``tree()`` (all, in tree order), sharing ``events()``'s views."""
+        return EventList._of_store(
+            self._event_store(),
+            rows,
+            profile_memory=self._config.profile_memory,
+            with_flops=self._config.with_flops,
+        )
+
     def events(self) -> EventList:
         """torch's ``prof.events()``: the same ``EventList`` object on every call."""
         if self._events is None:
-            self._events = EventList._of_tree(
-                self.tree(), profile_memory=self._config.profile_memory, with_flops=self._config.with_flops
-            )
+            self._events = self.event_list()
         return self._events
 
     def merged_trace(self) -> Trace:
         """One trace holding every cycle's events (the trace itself when there is one).
 
-        Its tree (``polyprof.tree.tree_for``) is the exact concatenation of the
-        cycles' trees, so exporters and aggregators see torch's numbers.
+        With several cycles it is a ``polyprof.tree.MergedTrace``, whose tree
+        (``polyprof.tree.tree_for``) is the concatenation of the cycles' trees,
+        as ``tree()`` is: exporters see torch's numbers.
         """
         if len(self.traces) == 1:
             return self.traces[0]
         if self._merged is None:
-            from polyprof.trace import Trace
-
-            newest_first = list(reversed(self.traces))
+            newest_first = tuple(reversed(self.traces))
             last = self.traces[-1]
-            merged = Trace(
+            self._merged = MergedTrace(
                 events=concat([t.events for t in newest_first], source="merged"),
                 config=last.config,
                 start_ns=min(t.start_ns for t in self.traces),
@@ -1493,18 +1584,8 @@ class ProfileResults:
                 metadata_json=dict(last.metadata_json),
                 device_properties=last.device_properties,
                 notes=tuple(note for t in self.traces for note in t.notes),
+                cycles=newest_first,
             )
-            tree = self.tree()
-            offsets = np.cumsum([0, *(len(t.events) for t in newest_first)])
-            remember_tree(
-                merged,
-                attrs.evolve(
-                    tree,
-                    source=tree.source + offsets[tree.trace_index],
-                    trace_index=np.zeros(len(tree), dtype=np.int32),
-                ),
-            )
-            self._merged = merged
         return self._merged
 
     def key_averages(
@@ -1514,47 +1595,31 @@ class ProfileResults:
         group_by_overload_name: bool = False,
         include_python_functions: bool | None = None,
     ) -> EventList:
-        """torch's ``prof.key_averages()``, through the session's ``key_averages`` aggregator.
+        """torch's ``prof.key_averages()``: every event averaged by key, through the one route.
 
         :param include_python_functions: None: the installed torch's default (python_function
             events are left out from torch 2.14, kept before).
+        :raises ValueError: ``group_by_stack_n`` is not an int >= 0.
+        :raises TypeError: the session's ``key_averages`` aggregator returned something unusable.
         """
-        from polyprof_builtins.key_averages import KeyAverages, KeyAveragesSummary
-
-        aggregator = (self.aggregators or {}).get("key_averages") or KeyAverages()
-        # Given only when asked, so aggregators written before the option keep working.
-        extra = {}
-        if include_python_functions is not None:
-            extra["include_python_functions"] = include_python_functions
-        result = aggregator.aggregate(
-            self.merged_trace(),
-            use_device=self.use_device,
+        _check_stack_n(group_by_stack_n)
+        store = self._event_store()
+        return _average_by_key(
+            store,
+            np.arange(len(store.tree), dtype=np.int64),
             group_by_input_shape=group_by_input_shape,
             group_by_stack_n=group_by_stack_n,
             group_by_overload_name=group_by_overload_name,
-            **extra,
-        )
-        if isinstance(result, KeyAveragesSummary):
-            return wrap_key_averages(
-                result, profile_memory=self._config.profile_memory, with_flops=self._config.with_flops
-            )
-        if isinstance(result, EventList):
-            return result
-        if isinstance(result, Sequence):
-            return EventList(
-                result,
-                use_device=self.use_device,
-                profile_memory=self._config.profile_memory,
-                with_flops=self._config.with_flops,
-            )
-        raise TypeError(
-            f"the key_averages aggregator {type(aggregator).__name__} returned {type(result).__name__}; "
-            "expected a KeyAveragesSummary or a sequence of FunctionEventAvg"
+            include_python_functions=include_python_functions,
+            profile_memory=self._config.profile_memory,
+            with_flops=self._config.with_flops,
         )
 
     def total_average(self) -> FunctionEventAvg:
+        """Every event summed into one ``FunctionEventAvg`` keyed ``"Total"``."""
         return self.events().total_average()
 
     @property
     def self_cpu_time_total(self) -> float:
+        """The sum of the events' self CPU time (µs)."""
         return self.events().self_cpu_time_total

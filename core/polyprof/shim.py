@@ -114,6 +114,7 @@ from typing import Any
 
 import attrs
 
+from polyprof import frontend_results
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity, coerce_activity
 from polyprof.errors import PolyprofError, PolyprofWarning, ProfilerDisabledError
@@ -359,35 +360,14 @@ class AutogradProfile(_polyprof_profile):
         """Every recorded event (torch's ``function_events``), as an ``EventList``."""
         return self.events()
 
-    def table(
-        self,
-        sort_by: str | None = None,
-        row_limit: int = 100,
-        max_src_column_width: int = 75,
-        max_name_column_width: int = 55,
-        max_shapes_column_width: int = 80,
-        header: str | None = None,
-        top_level_events_only: bool = False,
-    ) -> str:
-        """torch's table of the raw (not averaged) events."""
-        return self.events().table(
-            sort_by=sort_by,
-            row_limit=row_limit,
-            max_src_column_width=max_src_column_width,
-            max_name_column_width=max_name_column_width,
-            max_shapes_column_width=max_shapes_column_width,
-            header=header,
-            top_level_events_only=top_level_events_only,
-        )
+    def _finished_events(self, what: str) -> Any:
+        """``events()``; its errors (disabled, unfinished) are torch's messages, which name no method."""
+        return self.events()
 
-    def total_average(self) -> Any:
-        """Every event summed into one ``FunctionEventAvg`` keyed ``"Total"``."""
-        return self.events().total_average()
-
-    @property
-    def self_cpu_time_total(self) -> float:
-        """The sum of the events' self CPU time (µs)."""
-        return self.events().self_cpu_time_total
+    # torch's table of the raw (not averaged) events, total_average() and self_cpu_time_total.
+    table = frontend_results.table
+    total_average = frontend_results.total_average
+    self_cpu_time_total = frontend_results.self_cpu_time_total
 
     def export_chrome_trace(
         self,

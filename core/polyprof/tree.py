@@ -54,7 +54,6 @@ import functools
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -65,10 +64,10 @@ from polyprof import torch_support
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.events import API_CALL_KINDS, FIELDS, DeviceType, EventBatch, EventKind, Interner, kind_codes
+from polyprof.trace import Trace
 
 if TYPE_CHECKING:
     from polyprof.config import ProfileConfig
-    from polyprof.trace import Trace
 
 log = get_logger(__name__)
 
@@ -79,11 +78,11 @@ __all__ = [
     "OUT_OF_MEMORY_EVENT_NAME",
     "VALID_USE_DEVICES",
     "EventTree",
+    "MergedTrace",
     "PostProcessingRules",
     "filter_stack_entry",
     "post_processing_rules",
     "python_sum_by_segment",
-    "remember_tree",
     "rewrite_name",
     "tree_for",
     "use_device_for",
@@ -1320,25 +1319,29 @@ def _backward_stacks(
     return stack
 
 
-# ------------------------------------------------------------------ cache
+# ------------------------------------------------------------- whole traces
 
-_cache_lock = threading.Lock()
-_cache: weakref.WeakKeyDictionary[Any, dict[str | None, EventTree]] = weakref.WeakKeyDictionary()
+
+@attrs.frozen(eq=False)
+class MergedTrace(Trace):
+    """Several cycles' traces as one (torch's ``acc_events``): their events, newest cycle first.
+
+    torch lists accumulated events cycle by cycle, each cycle's times relative
+    to its own start, so the tree of a merged trace is the concatenation of its
+    cycles' trees (``tree_for``), not a tree of the merged events.
+    """
+
+    #: The cycles' traces in the order of ``events`` (newest first); each row's
+    #: ``trace_index`` in the merged trace's tree names one of them.
+    cycles: tuple[Trace, ...] = attrs.field(default=(), converter=tuple)
 
 
 def tree_for(trace: Trace, use_device: str | None) -> EventTree:
-    """``EventTree.from_trace``, computed once per (trace, use_device) while the trace lives."""
-    with _cache_lock:
-        cached = _cache.get(trace, {}).get(use_device)
-    if cached is not None:
-        return cached
-    tree = EventTree.from_trace(trace, use_device=use_device)
-    with _cache_lock:
-        _cache.setdefault(trace, {}).setdefault(use_device, tree)
-        return _cache[trace][use_device]
+    """The tree of ``trace`` for ``use_device``; a ``MergedTrace``'s is its cycles' trees concatenated.
 
-
-def remember_tree(trace: Trace, tree: EventTree) -> None:
-    """Make ``tree_for(trace, tree.use_device)`` return ``tree`` (a merged trace's exact tree)."""
-    with _cache_lock:
-        _cache.setdefault(trace, {})[tree.use_device] = tree
+    Built on each call: whoever needs it again keeps it (``ProfileResults`` does,
+    and hands it to the aggregators it asks).
+    """
+    if isinstance(trace, MergedTrace) and trace.cycles:
+        return EventTree.concat([EventTree.from_trace(c, use_device=use_device) for c in trace.cycles])
+    return EventTree.from_trace(trace, use_device=use_device)

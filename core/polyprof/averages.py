@@ -102,10 +102,10 @@ def _group_codes(
     if by_overload:
         code = _combine(code, _codes_of_table(tree.overloads, tree.overload[rows], str, ""))
     if by_shapes:
-        as_text = lambda shapes: str([list(s) if isinstance(s, tuple) else s for s in shapes])
+        as_text = lambda shapes: str([list(s) if isinstance(s, tuple) else s for s in shapes])  # noqa: E731
         code = _combine(code, _codes_of_table(tree.shapes, tree.input_shapes[rows], as_text, ()))
     if stack_n > 0:
-        prefix = lambda frames: tuple(frames[:stack_n])
+        prefix = lambda frames: tuple(frames[:stack_n])  # noqa: E731
         code = _combine(code, _codes_of_table(tree.stacks, tree.stack[rows], prefix, ()))
     return code
 

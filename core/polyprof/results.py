@@ -185,7 +185,7 @@ def probe_torch_event_surface() -> TorchEventSurface:
             warnings.simplefilter("always")
             try:
                 getattr(event, name)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a bare probe event's property may fail; warnings count
                 continue
         if caught:
             deprecated[name] = (caught[0].category, str(caught[0].message))
@@ -1525,6 +1525,8 @@ class ProfileResults:
     _tree: EventTree | None = attrs.field(default=None, init=False)
     _store: _EventStore | None = attrs.field(default=None, init=False)
     _merged: MergedTrace | None = attrs.field(default=None, init=False)
+    # One tree and one store per results, even when two threads ask first.
+    _lock: threading.RLock = attrs.field(factory=threading.RLock, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.traces:
@@ -1536,15 +1538,17 @@ class ProfileResults:
 
     def tree(self) -> EventTree:
         """All events as one ``EventTree`` (newest cycle first), built once."""
-        if self._tree is None:
-            trees = [tree_for(t, self.use_device) for t in reversed(self.traces)]
-            self._tree = EventTree.concat(trees)
-        return self._tree
+        with self._lock:
+            if self._tree is None:
+                trees = [tree_for(t, self.use_device) for t in reversed(self.traces)]
+                self._tree = EventTree.concat(trees)
+            return self._tree
 
     def _event_store(self) -> _EventStore:
-        if self._store is None:
-            self._store = _EventStore(self.tree(), results=self)
-        return self._store
+        with self._lock:
+            if self._store is None:
+                self._store = _EventStore(self.tree(), results=self)
+            return self._store
 
     def event_list(self, rows: np.ndarray | None = None) -> EventList:
         """A new ``EventList`` of ``rows`` of ``tree()`` (all, in tree order), sharing ``events()``'s views."""

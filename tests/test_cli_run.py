@@ -411,9 +411,10 @@ def test_in_process_run_restores_the_interpreter_state(tmp_path, capsys, monkeyp
     assert sys.argv is argv and sys.path is path and sys.path == path_items
     assert sys.modules["__main__"] is main
     assert not shim.installed()
-    import polyprof.profiler
+    from polyprof.recording import recording_gate
 
-    assert polyprof.profiler._enter_active.__module__ == "polyprof.profiler"
+    # The run's step-aside listener is gone and nothing holds the gate.
+    assert recording_gate._listeners == [] and recording_gate.current() is None
 
 
 def test_parsers_and_exit_codes() -> None:

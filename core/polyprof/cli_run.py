@@ -47,6 +47,7 @@ status is 1.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import importlib.util
 import os
@@ -61,7 +62,7 @@ import types
 import warnings
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import attrs
 
@@ -518,27 +519,24 @@ def _flush_quietly(stream: Any) -> None:
 
 @contextlib.contextmanager
 def stepping_aside_for_script_profilers(whole: WholeScriptProfile) -> Iterator[None]:
-    """Make the whole-script profile step aside when any other polyprof profile starts.
+    """Make the whole-script profile step aside when any other polyprof recording starts.
 
-    Every polyprof recording (``polyprof.profile``, ``polyprof.legacy.profile``
-    and the shims built on them) registers through
-    ``polyprof.profiler._enter_active`` before touching torch's collector, which
-    keeps one session per process; this wraps that gate for the run.
+    Every polyprof recording (``polyprof.profile``, ``polyprof.legacy.profile``, the
+    shims built on them, ``emit_itt``) takes the process's recording gate before
+    touching torch's collector, which keeps one session per process; a gate listener
+    hears of each one first.
     """
-    import polyprof.profiler as profiler_module
+    from polyprof.recording import recording_gate
 
-    original = profiler_module._enter_active
+    def step_aside_unless_own(holder: object) -> None:
+        if holder is not whole.profile:
+            whole.step_aside(holder)
 
-    def enter_active(prof: Any) -> None:
-        if prof is not whole.profile:
-            whole.step_aside(prof)
-        original(prof)
-
-    profiler_module._enter_active = enter_active
+    remove = recording_gate.add_listener(step_aside_unless_own)
     try:
         yield
     finally:
-        profiler_module._enter_active = original
+        remove()
 
 
 # ------------------------------------------------------------------ the command
@@ -590,6 +588,7 @@ def run_command(args: argparse.Namespace) -> int:
                 "polyprof run puts polyprof behind torch's profiler and profiles torch code, so it needs "
                 "torch, which is not installed here (pip install torch)"
             )
+        run_pid = os.getpid()
         with make_plugin_manager() as pm:
             try:
                 activities, exporter = _check_output_options(pm, options)
@@ -627,9 +626,33 @@ def run_command(args: argparse.Namespace) -> int:
                     finally:
                         _flush_quietly(sys.stdout)
                         whole.finish()
+    if os.getpid() != run_pid:
+        _leave_forked_child(outcome)
     if created_dir is not None and not whole.written:
         _remove_empty_directories(whole.output_dir, up_to=created_dir)
     return _report(outcome, whole, stream)
+
+
+def _leave_forked_child(outcome: ScriptOutcome) -> NoReturn:
+    """End a child the script forked that left the script (``sys.exit`` or its end), not ``os._exit``.
+
+    The profile, its notes and its files are the parent's. The child runs its Python
+    exit handlers and exits with ``os._exit``, as multiprocessing ends forked children:
+    a normal exit runs Kineto's static destructors, and the one of its config loader
+    waits forever in a child forked after torch's profiler ran (torch 2.6 to 2.15,
+    with torch.profiler as with polyprof).
+    """
+    if outcome.exception is not None:
+        exc = outcome.exception
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    elif outcome.exit_message is not None:
+        sys.stderr.write(outcome.exit_message + "\n")
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        _flush_quietly(sys.stdout)
+        _flush_quietly(sys.stderr)
+        os._exit(outcome.exit_code)
 
 
 def _remove_empty_directories(directory: str, *, up_to: str) -> None:

@@ -22,8 +22,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from polyprof import profiler as profiler_module
 from polyprof._log import get_logger
+from polyprof.recording import RecordingInProgressError, recording_gate
 
 log = get_logger(__name__)
 
@@ -175,12 +175,12 @@ class emit_itt:
         # The gate every polyprof recording passes: it refuses to run beside another polyprof
         # profile, and lets `polyprof run`'s whole-script profile step aside first.
         try:
-            profiler_module._enter_active(self)
-        except RuntimeError as exc:
+            recording_gate.acquire(self)
+        except RecordingInProgressError as exc:
             prefix = _ALREADY_ENABLED if torch.autograd._profiler_enabled() else ""
             raise RuntimeError(f"{prefix}polyprof.emit_itt cannot start: {exc}") from None
         if torch.autograd._profiler_enabled():  # a torch profiler polyprof does not know of
-            profiler_module._leave_active(self)
+            recording_gate.release(self)
             kind = torch._C._autograd._profiler_type()
             raise RuntimeError(
                 f"{_ALREADY_ENABLED}polyprof.emit_itt cannot start while another profiler ({kind}) "
@@ -192,7 +192,7 @@ class emit_itt:
             _enable_profiler(config, set())
         except BaseException:
             _set_python_profiler_flag(False)
-            profiler_module._leave_active(self)
+            recording_gate.release(self)
             raise
         log.debug("emit_itt_started", record_shapes=self.record_shapes)
 
@@ -203,7 +203,7 @@ class emit_itt:
             _disable_profiler()
         finally:
             _set_python_profiler_flag(False)
-            profiler_module._leave_active(self)
+            recording_gate.release(self)
         log.debug("emit_itt_stopped")
 
 

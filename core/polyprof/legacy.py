@@ -81,6 +81,7 @@ from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.config import check_plugin_manager, config_flag, truth_flag
 from polyprof.errors import ProfilerDisabledError
+from polyprof.recording import Recording
 
 log = get_logger(__name__)
 
@@ -130,9 +131,9 @@ class profile:  # noqa: N801 - torch's name
         check_plugin_manager(plugin_manager)
         self.entered = False
         self._plugin_manager = plugin_manager
-        self._session: Any = None
+        #: The gate and the session, from creation to close (polyprof.recording).
+        self._lifecycle = Recording(self, self._create_session)
         self._trace_id = ""
-        self._recording = False
         self._failed = False
         self._results: Any = None
         self._function_events: Any = None
@@ -151,7 +152,7 @@ class profile:  # noqa: N801 - torch's name
 
     def __enter__(self) -> profile:
         if self.entered:
-            if self._recording:
+            if self._lifecycle.recording:
                 raise RuntimeError(
                     "Profiler context manager is not reentrant: this profile is already recording"
                 )
@@ -170,58 +171,60 @@ class profile:  # noqa: N801 - torch's name
             raise
         return self
 
-    def _start(self) -> None:
-        """Create the session and start its tracers; on failure leave nothing running."""
-        from polyprof.profiler import _enter_active, _leave_active
+    def _create_session(self) -> Any:
+        """The session for this profile's settings (``Recording`` calls it).
+
+        Creating it resolves the activities: a missing plugin raises here, an
+        installed-but-unusable one warns and is dropped.
+        """
         from polyprof.session import Session
 
-        _enter_active(self)
+        return Session.create(
+            activities=self.activities_requested,
+            record_shapes=self.record_shapes,
+            profile_memory=self.profile_memory,
+            with_stack=self.with_stack,
+            with_flops=self.with_flops,
+            with_modules=self.with_modules,
+            # The legacy profiler attaches stacks to ops; torch's collector needs verbose for that.
+            verbose=self.with_stack,
+            plugin_manager=self._plugin_manager,
+        )
+
+    def _start(self) -> None:
+        """Take the gate, create the session and start its tracers; on failure leave nothing running."""
+        self._lifecycle.open()
         try:
-            # Creating the session resolves the activities: a missing plugin raises here,
-            # an installed-but-unusable one warns and is dropped.
-            self._session = Session.create(
-                activities=self.activities_requested,
-                record_shapes=self.record_shapes,
-                profile_memory=self.profile_memory,
-                with_stack=self.with_stack,
-                with_flops=self.with_flops,
-                with_modules=self.with_modules,
-                # The legacy profiler attaches stacks to ops; torch's collector needs verbose for that.
-                verbose=self.with_stack,
-                plugin_manager=self._plugin_manager,
-            )
             self._trace_id = f"{uuid.uuid4().int:032X}"
-            self._session.prepare(trace_id=self._trace_id)
-            self._session.start()
+            self._lifecycle.prepare(trace_id=self._trace_id)
+            self._lifecycle.start()
         except BaseException:
-            self._end_session()
-            _leave_active(self)
+            self._lifecycle.abort()
+            self._lifecycle.close()
             raise
-        self._recording = True
 
     def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> bool:
         if not self.enabled:
             return False
-        if not self._recording:
+        if not self._lifecycle.recording:
             # torch's legacy __exit__ raises here too ("Expected debug info of type PROFILER_STATE").
             state = "has already exited" if self.entered else "was never entered"
             raise RuntimeError(
                 f"__exit__ called on a polyprof.legacy.profile that is not recording: it {state}; use it "
                 "as `with polyprof.legacy.profile(...) as prof:`"
             )
-        from polyprof.profiler import _leave_active
-
-        self._recording = False
+        if self._lifecycle.in_forked_child:  # the recording is the parent's (polyprof.recording)
+            self._lifecycle.close()
+            return False
         try:
-            trace = self._session.stop(trace_id=self._trace_id)
-            self._session.trace_ready(trace)
+            trace = self._lifecycle.stop(trace_id=self._trace_id)
+            self._lifecycle.trace_ready(trace)
             self._results = self._make_results(trace)
         except BaseException:
             self._failed = True
             raise
         finally:
-            self._end_session()
-            _leave_active(self)
+            self._lifecycle.close()
         return False
 
     def _make_results(self, trace: Any) -> Any:
@@ -233,17 +236,8 @@ class profile:  # noqa: N801 - torch's name
         return ProfileResults(
             traces=(trace,),
             use_device=use_device_for(trace.config),
-            aggregators=self._session.aggregators,
+            aggregators=self._lifecycle.session.aggregators,
         )
-
-    def _end_session(self) -> None:
-        session, self._session = self._session, None
-        if session is None:
-            return
-        try:
-            session.shutdown()
-        except Exception:  # noqa: BLE001 - cleanup; keep the error that brought us here, if any
-            log.warning("legacy_session_shutdown_failed", exc_info=True)
 
     # ------------------------------------------------------------ results
 
@@ -258,11 +252,13 @@ class profile:  # noqa: N801 - torch's name
         self._check_enabled(what)
         events = self.function_events
         if events is None:
+            if self._lifecycle.in_forked_child:
+                raise RuntimeError(f"{what}: no results: {self._lifecycle.forked_child_message()}")
             if self._failed:
                 raise RuntimeError(
                     f"{what}: profiling failed when the profiler stopped, so there are no results"
                 )
-            if self._recording:
+            if self._lifecycle.recording:
                 raise RuntimeError(
                     f"{what}: Profiler didn't finish running; results are available after the with-block ends"
                 )
@@ -325,7 +321,7 @@ class profile:  # noqa: N801 - torch's name
             return "<polyprof.legacy.profile enabled=False: disabled, records nothing>"
         if self.function_events is None:
             acts = ",".join(sorted(a.name for a in self.activities_requested))
-            state = "recording" if self._recording else "failed" if self._failed else "not started"
+            state = "recording" if self._lifecycle.recording else "failed" if self._failed else "not started"
             return f"<unfinished polyprof.legacy.profile activities={acts} {state}>"
         return repr(self.function_events)
 

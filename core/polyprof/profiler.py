@@ -26,7 +26,6 @@ import json
 import os
 import socket
 import sys
-import threading
 import time
 import uuid
 import warnings
@@ -34,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
+
 from polyprof._log import get_logger
 from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES, ProfilerActivity, coerce_activity
 from polyprof.config import (
@@ -48,6 +48,7 @@ from polyprof.config import (
 )
 from polyprof.errors import PolyprofError, PolyprofWarning
 from polyprof.record import record_function
+from polyprof.recording import Recording
 from polyprof.schedule import ProfilerAction, coerce_action, default_schedule
 from polyprof.torch_support import experimental_flags
 from polyprof.trace import CONFIG_FLAG_KEYS
@@ -64,28 +65,6 @@ ACC_EVENTS_WARNING = (
 TRACE_ONLY_EVENTS_ERROR = (
     "events() is not available when trace_only=True in ExperimentalConfig. Use export_chrome_trace() instead."
 )
-
-_active_lock = threading.Lock()
-_active_profiles: list[profile] = []
-
-
-def _enter_active(prof: profile) -> None:
-    with _active_lock:
-        if _active_profiles:
-            other = _active_profiles[-1]
-            raise RuntimeError(
-                f"a polyprof profile is already recording ({other!r}); profiles cannot be nested or run "
-                "concurrently, because torch's collector keeps one session per process and the outer "
-                "profile would silently lose its events. Stop the first profile before starting another."
-            )
-        _active_profiles.append(prof)
-
-
-def _leave_active(prof: profile) -> None:
-    with _active_lock:
-        if prof in _active_profiles:
-            _active_profiles.remove(prof)
-
 
 class NoActivitiesError(PolyprofError, ValueError, AssertionError):
     """``activities`` names no activity to record.
@@ -137,6 +116,7 @@ def activity_rules() -> ActivityRules:
     """The installed torch's rules for ``activities``; torch 2.13's (DESIGN.md) when torch is absent."""
     try:
         import torch.profiler.profiler as torch_profiler
+
         from polyprof.torch_support import installed
 
         features = installed()
@@ -426,11 +406,11 @@ class profile:  # noqa: N801 - torch's name
         self.step_rec_fn: record_function | None = None
         self.preset_metadata: dict[str, str] = {}
         self._plugin_manager = plugin_manager
-        self._session: Any = None
+        #: The gate and the session, from creation to close (polyprof.recording).
+        self._lifecycle = Recording(self, self._create_session)
         self._prepared = False
         #: torch's ``self.profiler is not None``: a cycle was prepared at least once.
         self._initialized = False
-        self._recording = False
         self._trace_id: str | None = None
         self._cycle_metadata: dict[str, str] = {}
         self._traces: list[Any] = []
@@ -458,31 +438,39 @@ class profile:  # noqa: N801 - torch's name
         finally:
             if self.execution_trace_observer is not None:
                 self.execution_trace_observer.cleanup()
-            self._close_session()
 
     def start(self) -> None:
         """Begin profiling (what ``__enter__`` does)."""
-        _enter_active(self)
+        self._lifecycle.open()
         try:
             self._transit_action(ProfilerAction.NONE, self.current_action)
         except BaseException:
-            self._abort_recording()
-            _leave_active(self)
+            self._lifecycle.abort()
+            self._lifecycle.close()
             raise
         if self.record_steps:
             self.step_rec_fn = record_function(f"{PROFILER_STEP_NAME}#{self.step_num}")
             self.step_rec_fn.__enter__()
 
     def stop(self) -> None:
-        """End profiling (what ``__exit__`` does); delivers a pending cycle to ``on_trace_ready``."""
+        """End profiling (what ``__exit__`` does); delivers a pending cycle to ``on_trace_ready``.
+
+        The session then ends: plugins hear ``polyprof_session_finish`` and exporters shut down.
+        In a child process forked while recording, it only lets go: the data is the parent's.
+        """
+        if self._lifecycle.in_forked_child:
+            self._prepared = False
+            self._lifecycle.close()
+            return
         try:
             if self.record_steps and self.step_rec_fn is not None:
                 self.step_rec_fn.__exit__(None, None, None)
                 self.step_rec_fn = None
             self._transit_action(self.current_action, None)
         finally:
-            self._abort_recording()
-            _leave_active(self)
+            self._lifecycle.abort()
+            self._prepared = False
+            self._lifecycle.close()
 
     def step(self) -> None:
         """Signal that the next training step starts."""
@@ -514,9 +502,8 @@ class profile:  # noqa: N801 - torch's name
         if self._traces and not self.acc_events and not self._cleared_warned:
             self._cleared_warned = True
             warnings.warn(ACC_EVENTS_WARNING, stacklevel=4)
-        session = self._ensure_session()
         self._trace_id = self._make_trace_id()
-        session.prepare(trace_id=self._trace_id)
+        self._lifecycle.prepare(trace_id=self._trace_id)
         self._prepared = True
         self._initialized = True
 
@@ -533,8 +520,7 @@ class profile:  # noqa: N801 - torch's name
         if dist_info is not None:
             self._cycle_metadata["distributedInfo"] = json.dumps(dist_info)
         self._cycle_metadata.update(self.preset_metadata)
-        self._session.start()
-        self._recording = True
+        self._lifecycle.start()
 
     def stop_trace(self) -> None:
         if self.execution_trace_observer is not None:
@@ -546,11 +532,10 @@ class profile:  # noqa: N801 - torch's name
                 "Profiler must be initialized before stopping trace: stop() was called on a profile that "
                 "was never started; call start() first (or use `with polyprof.profile(...) as prof:`)"
             )
-        if not self._recording:
+        if not self._lifecycle.recording:
             return
-        self._recording = False
         self._prepared = False
-        trace = self._session.stop(metadata_json=self._cycle_metadata, trace_id=self._trace_id or "")
+        trace = self._lifecycle.stop(metadata_json=self._cycle_metadata, trace_id=self._trace_id or "")
         if self.acc_events:
             self._traces.append(trace)
         else:
@@ -558,53 +543,38 @@ class profile:  # noqa: N801 - torch's name
         self._results = None
 
     def _trace_ready(self) -> None:
-        if self._session is not None and self._traces:
-            self._session.trace_ready(self._traces[-1])
+        if self._traces:
+            self._lifecycle.trace_ready(self._traces[-1])
         if self.on_trace_ready is not None:
             self.on_trace_ready(self)
 
-    def _abort_recording(self) -> None:
-        """Leave no collector running after an error in a transition."""
-        if self._recording and self._session is not None:
-            self._recording = False
-            self._prepared = False
-            try:
-                self._session.abort()
-            except Exception:  # noqa: BLE001 - already failing; keep the first error
-                log.warning("session_abort_failed", exc_info=True)
-
     # ------------------------------------------------------------ session
 
-    def _ensure_session(self) -> Any:
-        if self._session is None:
-            from polyprof.session import Session
+    def _create_session(self) -> Any:
+        """A new ``Session`` for this profile's settings (``Recording`` calls it)."""
+        from polyprof.session import Session
 
-            flags = experimental_flags(self.experimental_config)
-            if flags["trace_only"] and self.with_stack:
-                # torch's own rule and words (torch.profiler.profile.__init__, 2.13+)
-                warnings.warn(
-                    "trace_only=True is incompatible with with_stack=True (stack traces require event "
-                    "post-processing). Disabling trace_only.",
-                    stacklevel=2,
-                )
-                flags["trace_only"] = False
-            self._session = Session.create(
-                activities=self.activities_requested,
-                activity_filters=self.activity_filters,
-                record_shapes=self.record_shapes,
-                profile_memory=self.profile_memory,
-                with_stack=self.with_stack,
-                with_flops=self.with_flops,
-                with_modules=self.with_modules,
-                experimental_config=self.experimental_config,
-                plugin_manager=self._plugin_manager,
-                **flags,
+        flags = experimental_flags(self.experimental_config)
+        if flags["trace_only"] and self.with_stack:
+            # torch's own rule and words (torch.profiler.profile.__init__, 2.13+)
+            warnings.warn(
+                "trace_only=True is incompatible with with_stack=True (stack traces require event "
+                "post-processing). Disabling trace_only.",
+                stacklevel=2,
             )
-        return self._session
-
-    def _close_session(self) -> None:
-        if self._session is not None:
-            self._session.close()
+            flags["trace_only"] = False
+        return Session.create(
+            activities=self.activities_requested,
+            activity_filters=self.activity_filters,
+            record_shapes=self.record_shapes,
+            profile_memory=self.profile_memory,
+            with_stack=self.with_stack,
+            with_flops=self.with_flops,
+            with_modules=self.with_modules,
+            experimental_config=self.experimental_config,
+            plugin_manager=self._plugin_manager,
+            **flags,
+        )
 
     def _make_trace_id(self) -> str:
         if self.custom_trace_id_callback is not None:
@@ -624,13 +594,14 @@ class profile:  # noqa: N801 - torch's name
 
     @property
     def config(self) -> ProfileConfig | None:
-        return self._session.config if self._session is not None else None
+        session = self._lifecycle.session
+        return session.config if session is not None else None
 
     @property
     def activities(self) -> frozenset[ProfilerActivity]:
         """The activities actually recorded (after dropping unusable ones)."""
-        if self._session is not None:
-            return self._session.config.activities
+        if self._lifecycle.session is not None:
+            return self._lifecycle.session.config.activities
         return self.activities_requested or frozenset({ProfilerActivity.CPU})
 
     @property
@@ -650,7 +621,9 @@ class profile:  # noqa: N801 - torch's name
 
     def _require_results(self) -> Any:
         if not self._traces:
-            if self._recording:
+            if self._lifecycle.in_forked_child:
+                raise RuntimeError(f"no profiling data: {self._lifecycle.forked_child_message()}")
+            if self._lifecycle.recording:
                 raise RuntimeError(
                     "the profiler is still recording: results are available after the with-block ends "
                     "(or after stop(), or in on_trace_ready)"
@@ -665,7 +638,7 @@ class profile:  # noqa: N801 - torch's name
             self._results = ProfileResults(
                 traces=tuple(self._traces),
                 use_device=self.use_device,
-                aggregators=self._session.aggregators if self._session is not None else None,
+                aggregators=self._lifecycle.session.aggregators if self._lifecycle.session is not None else None,
             )
         return self._results
 
@@ -730,12 +703,8 @@ class profile:  # noqa: N801 - torch's name
         return self._export(format, results.traces[-1], os.fspath(path), **options)
 
     def _export(self, name: str, trace: Any, path: str, **options: Any) -> str:
-        from polyprof.exporting import export_trace
-
-        session = self._ensure_session()
-        exporter = session.exporter(name)
         # Bounded: a hanging exporter plugin raises ExportTimeoutError naming it instead of hanging here.
-        return export_trace(exporter, trace, path, plugin_manager=session.plugin_manager, **options)
+        return self._lifecycle.export(name, trace, path, **options)
 
     def add_metadata(self, key: str, value: str) -> None:
         """Add a string value to the trace's top-level metadata."""
@@ -744,7 +713,7 @@ class profile:  # noqa: N801 - torch's name
     def add_metadata_json(self, key: str, value: str) -> None:
         """Add a raw JSON value to the trace's top-level metadata (current cycle)."""
         _check_json(key, value)
-        if not self._recording:
+        if not self._lifecycle.recording:
             log.warning("metadata_outside_recording", key=key)
             warnings.warn(
                 f"add_metadata({key!r}) called while the profiler is not recording: it is skipped "
@@ -761,14 +730,17 @@ class profile:  # noqa: N801 - torch's name
 
     def toggle_collection_dynamic(self, enable: bool, activities: Iterable[Any]) -> None:
         """Pause or resume collection of ``activities`` without ending the cycle."""
-        self._ensure_session().toggle_collection(enable, frozenset(coerce_activity(a) for a in activities))
+        wanted = frozenset(coerce_activity(a) for a in activities)
+        session = self._lifecycle.live_session
+        if session is None:  # as torch: nothing to toggle before a cycle is prepared or after the end
+            return
+        session.toggle_collection(enable, wanted)
 
     @property
     def bus_statistics(self) -> Any:
         """Counters of the event bus: received, delivered and dropped per subscriber."""
-        if self._session is None:
-            return None
-        return self._session.statistics()
+        session = self._lifecycle.session
+        return session.statistics() if session is not None else None
 
     def __repr__(self) -> str:
         acts = ",".join(sorted(a.name for a in self.activities))

@@ -224,8 +224,7 @@ class Session:
     def start(self) -> None:
         """Start every tracer; the bus starts pulling from them."""
         if self._closed:
-            self._closed = False
-            self.bus = EventBus()
+            raise RuntimeError("this session is closed; a recording used again makes a new session")
         for tracer in self.tracers:
             self.bus.add_tracer(tracer)
         for subscriber in self.subscribers:
@@ -399,7 +398,7 @@ class Session:
         return self.bus.statistics()
 
     def close(self) -> None:
-        """End the session: plugins are told, exporters shut down, the bus thread exits."""
+        """End the session: plugins are told (once), the bus thread exits."""
         if self._closed:
             return
         self._closed = True
@@ -409,8 +408,16 @@ class Session:
         self.bus.close()
 
     def shutdown(self) -> None:
-        """Release the plugin manager (and its exporters) when this session created it."""
+        """Close, then shut down the exporters and the plugin manager when this session created it."""
         self.close()
+        self.release_exporters()
+
+    def release_exporters(self) -> None:
+        """Shut down the exporters made so far (through the plugin manager, when this session made it).
+
+        A plugin manager passed in by the caller is the caller's to close, with its exporters.
+        """
+        self._exporters.clear()
         if self.owns_plugin_manager:
             self.plugin_manager.close()
 

@@ -27,15 +27,18 @@ from typing import Any
 
 import attrs
 import numpy as np
+
 from polyprof.components import Tracer
 from polyprof.events import DeviceType, EventBatch, EventKind
+from polyprof.kineto_format import CATEGORY_BY_KIND, DEVICE_KINDS, HOST_CATEGORIES
 
 #: torch's ``ProfilerActivity`` members a device plugin may ask torch's collector for (CPU is the
 #: collector owner's own).
 TORCH_COLLECTOR_ACTIVITY_NAMES = ("CUDA", "XPU", "MTIA", "HPU", "PrivateUse1")
 #: Kineto's activity types (``_KinetoEvent.activity_type()``) of the rows the CPU tracer always
-#: owns. It also keeps host rows of types no device tracer claims, as torch lists them.
-HOST_ACTIVITY_TYPES = frozenset({"cpu_op", "user_annotation", "python_function", "cpu_instant_event"})
+#: owns: the trace format's host categories. It also keeps host rows of types no device tracer
+#: claims, as torch lists them.
+HOST_ACTIVITY_TYPES: frozenset[str] = HOST_CATEGORIES
 #: Before torch 2.12 (no activity type): the kind of a host-side row of a collector result that a
 #: device tracer decodes (a runtime or driver call, its tracer's overhead), told by Kineto's name
 #: for it; None leaves the row to the CPU tracer.
@@ -154,19 +157,13 @@ class TorchResultTracer(Tracer):
 
 
 #: Kinds that happen on a device (pid: device index, tid: stream or queue); the other kinds a
-#: device plugin decodes (runtime, driver, sync, overhead) happen on the host.
-ON_DEVICE_KINDS = frozenset(
-    {EventKind.KERNEL, EventKind.GPU_MEMCPY, EventKind.GPU_MEMSET, EventKind.GPU_USER_ANNOTATION}
-)
+#: device plugin decodes (runtime, driver, sync, overhead) happen on the host. A sync sits on a
+#: device lane only when Kineto recorded it on the device (``decode_device_rows``).
+ON_DEVICE_KINDS = DEVICE_KINDS - {EventKind.SYNC}
 
 
 #: The activity type Kineto files each device kind under (for rows of torch before 2.12).
-_KINETO_TYPE_OF_DEVICE_KIND = {
-    EventKind.KERNEL: "kernel",
-    EventKind.GPU_MEMCPY: "gpu_memcpy",
-    EventKind.GPU_MEMSET: "gpu_memset",
-    EventKind.GPU_USER_ANNOTATION: "gpu_user_annotation",
-}
+_KINETO_TYPE_OF_DEVICE_KIND = {kind: CATEGORY_BY_KIND[kind] for kind in ON_DEVICE_KINDS}
 
 
 def device_row_kind_by_name(event: Any) -> EventKind:

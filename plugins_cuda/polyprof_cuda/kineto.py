@@ -26,22 +26,15 @@ from typing import Any
 
 from polyprof.activity import ProfilerActivity
 from polyprof.events import DeviceType, EventBatch, EventKind
+from polyprof.kineto_format import kind_by_activity_type
 from polyprof.torch_result import CollectorResult, TorchResultTracer, decode_device_rows, kineto_device_reason
 
 from polyprof_cuda.device import DeviceInfo, cuda_initialized
 
 SOURCE = "cuda_kineto"
-#: Kineto's activity type -> polyprof's kind, for the rows polyprof-cuda decodes.
-KIND_BY_ACTIVITY_TYPE: dict[str, EventKind] = {
-    "kernel": EventKind.KERNEL,
-    "gpu_memcpy": EventKind.GPU_MEMCPY,
-    "gpu_memset": EventKind.GPU_MEMSET,
-    "gpu_user_annotation": EventKind.GPU_USER_ANNOTATION,
-    "cuda_runtime": EventKind.RUNTIME,
-    "cuda_driver": EventKind.DRIVER,
-    "cuda_sync": EventKind.SYNC,
-    "overhead": EventKind.OVERHEAD,
-}
+#: Kineto's activity type -> polyprof's kind, for the rows polyprof-cuda decodes ("kernel",
+#: "cuda_runtime", ...): the trace format's table for CUDA.
+KIND_BY_ACTIVITY_TYPE: dict[str, EventKind] = kind_by_activity_type(DeviceType.CUDA)
 #: CUPTI's overhead records as Kineto names them (``overheadKindString``); "Unknown" is left to
 #: the CPU tracer, as an op could be named so.
 OVERHEAD_NAMES = frozenset(

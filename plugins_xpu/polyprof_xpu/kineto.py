@@ -20,20 +20,13 @@ import sys
 
 from polyprof.activity import ProfilerActivity
 from polyprof.events import DeviceType, EventBatch, EventKind
+from polyprof.kineto_format import kind_by_activity_type
 from polyprof.torch_result import CollectorResult, TorchResultTracer, decode_device_rows, kineto_device_reason
 
 SOURCE = "xpu_kineto"
-#: Kineto's activity type -> polyprof's kind, for the rows polyprof-xpu decodes.
-KIND_BY_ACTIVITY_TYPE: dict[str, EventKind] = {
-    "kernel": EventKind.KERNEL,
-    "gpu_memcpy": EventKind.GPU_MEMCPY,
-    "gpu_memset": EventKind.GPU_MEMSET,
-    "gpu_user_annotation": EventKind.GPU_USER_ANNOTATION,
-    "xpu_runtime": EventKind.RUNTIME,
-    "xpu_driver": EventKind.DRIVER,
-    "xpu_sync": EventKind.SYNC,
-    "overhead": EventKind.OVERHEAD,
-}
+#: Kineto's activity type -> polyprof's kind, for the rows polyprof-xpu decodes ("kernel",
+#: "xpu_runtime", ...): the trace format's table for XPU.
+KIND_BY_ACTIVITY_TYPE: dict[str, EventKind] = kind_by_activity_type(DeviceType.XPU)
 #: Before torch 2.12 (no activity type) the runtime and driver calls are CPU-tagged rows, told
 #: apart only by their API names: Unified Runtime (``urEnqueueKernelLaunch``) or, in older SYCL,
 #: Plugin Interface (``piEnqueueKernelLaunch``) calls, and Level Zero (``zeCommandListAppend...``).

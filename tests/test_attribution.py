@@ -277,8 +277,8 @@ def test_end_to_end_device_columns_for_the_op_that_launched(tmp_path, monkeypatc
     from polyprof_builtins import torch_cpu
 
     args_decoded = []
-    real_args = torch_cpu._trace_args_by_event
-    monkeypatch.setattr(torch_cpu, "_trace_args_by_event", lambda *a: args_decoded.append(1) or real_args(*a))
+    real_args = torch_cpu._trace_args_column
+    monkeypatch.setattr(torch_cpu, "_trace_args_column", lambda *a: args_decoded.append(1) or real_args(*a))
     pm = make_plugin_manager_for_tests(("fake_cuda", DevicePlugin()), builtins=True)
     with profile(
         activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], plugin_manager=pm, record_shapes=True

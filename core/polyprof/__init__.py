@@ -6,15 +6,15 @@ aggregators and exporters are plugins found through the ``polyprof``
 entry-point group. ``import polyprof`` does not import torch.
 """
 
+# itt: torch.profiler.itt's API; legacy: polyprof.legacy.profile, the IPEX legacy API.
+from polyprof import itt, legacy
 from polyprof.activity import ProfilerActivity
 from polyprof.errors import ActivityUnavailableError, PluginUnavailable, PolyprofError
 from polyprof.hookspecs import hookimpl, hookspec
+from polyprof.itt import emit_itt
 from polyprof.profiler import profile, tensorboard_trace_handler
 from polyprof.record import record_function
 from polyprof.schedule import ProfilerAction, schedule
-from polyprof import itt  # noqa: E402 - polyprof.itt, torch.profiler.itt's API
-from polyprof import legacy  # noqa: E402 - polyprof.legacy.profile, the IPEX legacy API
-from polyprof.itt import emit_itt
 
 __version__ = "0.1.0"
 
@@ -46,8 +46,8 @@ __all__ = [
     "ProfilerAction",
     "ProfilerActivity",
     "__version__",
-    "hookimpl",
     "emit_itt",
+    "hookimpl",
     "hookspec",
     "itt",
     "legacy",

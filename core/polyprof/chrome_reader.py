@@ -4,11 +4,12 @@
 ``.json.gz`` file and fails with a one-line ``TraceFileError`` naming the path
 and what is wrong with it. Files come from anywhere, so it reads only regular
 files, at most ``POLYPROF_REPORT_MAX_BYTES`` of JSON (gzip decompressed as a
-stream, with a check for gzip bombs), and JSON nested as deep as orjson allows. ``trace_from_chrome(doc)`` rebuilds a ``Trace`` from
-the document's complete (``X``) and instant (``i``) events, the reverse of the
-"chrome" exporter, so ``polyprof report`` can summarise a saved trace. Counter
-events (``C``) come back as ``EventKind.COUNTER`` rows, one per series, kept
-for the trace only (``trace_only``: never in ``events()`` or tables).
+stream, with a check for gzip bombs), and JSON nested as deep as orjson allows.
+``trace_from_chrome(doc)`` rebuilds a ``Trace`` from the document's complete
+(``X``) and instant (``i``) events, the reverse of the "chrome" exporter, so
+``polyprof report`` can summarise a saved trace. Counter events (``C``) come
+back as ``EventKind.COUNTER`` rows, one per series, kept for the trace only
+(``trace_only``: never in ``events()`` or tables).
 
 Times come back exactly to the nanosecond: ``ts`` has three decimals relative
 to ``baseTimeNanoseconds``, and the conversion from the parsed double to

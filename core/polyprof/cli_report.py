@@ -70,6 +70,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
+
 from polyprof._log import get_logger
 from polyprof.chrome_reader import TraceFileError, max_bytes_from_env, read_chrome_trace
 from polyprof.results import ProfileResults

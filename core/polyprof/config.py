@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+
 from polyprof.activity import ProfilerActivity
 from polyprof.errors import PolyprofError, PolyprofWarning
 
@@ -68,7 +69,7 @@ class ProfileArgumentError(PolyprofError, TypeError):
 
 
 class ProfileArgumentAttributeError(ProfileArgumentError, AttributeError):
-    """An argument that lacks the attributes torch uses (``experimental_config``, ``execution_trace_observer``).
+    """An argument that lacks attributes torch uses (``experimental_config``, ``execution_trace_observer``).
 
     Also an AttributeError, the type torch raises when it first uses such a value.
     """

@@ -325,7 +325,7 @@ class EventBatch:
 
         One Python object per event: for tests, exporters and small subsets.
         """
-        lookup = list(self.table(field)) + [empty]  # index -1 reads the last slot
+        lookup = [*self.table(field), empty]  # index -1 reads the last slot
         return [lookup[i] for i in self[field].tolist()]
 
     def materialized(self) -> EventBatch:

@@ -36,6 +36,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 import attrs
+
 from polyprof._log import get_logger
 from polyprof.errors import PolyprofError
 
@@ -88,7 +89,10 @@ def export_timeout_s(trace: Trace | None = None) -> float | None:
 
 
 def exporter_origin(exporter: Exporter, plugin_manager: Any = None) -> str:
-    """``'chrome' (polyprof_builtins.chrome_trace.ChromeTraceExporter, plugin 'chrome_trace')``, for messages."""
+    """How messages name an exporter.
+
+    For example ``'chrome' (polyprof_builtins.chrome_trace.ChromeTraceExporter, plugin 'chrome_trace')``.
+    """
     cls = type(exporter)
     name = getattr(exporter, "name", "?")
     where = f"{cls.__module__}.{cls.__qualname__}"

@@ -1,4 +1,4 @@
-"""``table()``, ``total_average()`` and ``self_cpu_time_total``, written once for the frontends that have them.
+"""``table()``, ``total_average()`` and ``self_cpu_time_total``, once for the frontends that have them.
 
 torch's ``torch.autograd.profiler.profile`` and its legacy profiler answer
 these from their recorded events; so do ``polyprof.legacy.profile`` and the

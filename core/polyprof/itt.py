@@ -89,7 +89,7 @@ def mark(msg: str) -> Any:
 
 
 @contextlib.contextmanager
-def range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:
+def range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:  # noqa: A001 - torch's name
     """Context manager (and decorator) around an ITT range named ``msg.format(*args, **kwargs)``.
 
     The range is popped even when the body raises.
@@ -101,7 +101,7 @@ def range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:
         range_pop()
 
 
-class emit_itt:
+class emit_itt:  # noqa: N801 - torch's name
     """Make every operator emit an ITT range while active (``torch.autograd.profiler.emit_itt``).
 
     Use it when running under Intel VTune Profiler::

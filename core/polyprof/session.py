@@ -271,7 +271,8 @@ class Session:
         if plugin is not None:
             who += f" of {self.plugin_manager.describe_plugin(plugin)}"
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        log.error(f"tracer_{step}_failed", tracer=tracer.name, plugin=plugin, error=error, exc_info=exc)
+        event = f"tracer_{step}_failed"  # tracer_start_failed, tracer_stop_failed, ...
+        log.error(event, tracer=tracer.name, plugin=plugin, error=error, exc_info=exc)
         warnings.warn(
             f"polyprof: {who} failed in {step}() ({error}); the recording keeps the other tracers' "
             "events, and its own may be missing or incomplete",
@@ -425,5 +426,5 @@ class Session:
 def _stop_quietly(tracer: Tracer) -> None:
     try:
         tracer.stop()
-    except Exception:  # noqa: BLE001 - cleanup after another failure
+    except Exception:  # cleanup after another failure
         log.warning("tracer_stop_failed", tracer=tracer.name, exc_info=True)

@@ -345,7 +345,7 @@ def _min_positive_flops(events: Sequence[Any]) -> float | None:
 
 
 def check_device_data(events: Sequence[Any], use_device: str | None) -> bool:
-    """Whether some event has self device time; ``RuntimeError`` (torch's message) if so without ``use_device``."""
+    """Whether some event has self device time; if so without ``use_device``, torch's ``RuntimeError``."""
     has_device_time = any(evt.self_device_time_total > 0 for evt in events)
     if not use_device and has_device_time:
         raise RuntimeError("use_device is None, but there is device performance data.")

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
+
 from polyprof.activity import ProfilerActivity, coerce_activity
 from polyprof.components import Aggregator, Capabilities, Exporter, Subscriber, Tracer
 from polyprof.config import ProfileConfig

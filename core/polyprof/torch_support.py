@@ -143,7 +143,9 @@ def probe() -> TorchFeatures:
         event_accessors=frozenset(n for n in dir(_KinetoEvent) if not n.startswith("_")),
         experimental_fields=_experimental_fields(_ExperimentalConfig),
         result_methods=frozenset(n for n in dir(_ProfilerResult) if not n.startswith("_")),
-        prepare_takes_activity_filter="activity_filter" in (_prepare_profiler.__doc__ or "").split("\n", 1)[0],
+        prepare_takes_activity_filter=(
+            "activity_filter" in (_prepare_profiler.__doc__ or "").split("\n", 1)[0]
+        ),
     )
 
 

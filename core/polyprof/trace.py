@@ -15,7 +15,14 @@ CONFIG_FLAG_KEYS = ("profile_memory", "with_stack", "record_shapes", "with_modul
 
 #: Top-level keys of Kineto's Chrome trace format itself; user metadata may not reuse them.
 CHROME_TRACE_RESERVED_KEYS = frozenset(
-    {"schemaVersion", "deviceProperties", "displayTimeUnit", "baseTimeNanoseconds", "traceEvents", "traceName"}
+    {
+        "schemaVersion",
+        "deviceProperties",
+        "displayTimeUnit",
+        "baseTimeNanoseconds",
+        "traceEvents",
+        "traceName",
+    }
 )
 
 

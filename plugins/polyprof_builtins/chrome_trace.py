@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+
 from polyprof._log import get_logger
 from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES, ProfilerActivity
 from polyprof.components import Capabilities, Exporter
@@ -181,7 +182,7 @@ def distributed_info() -> dict[str, Any] | None:
         }
         info["pg_count"] = int(dist.get_pg_count())
         info["pg_config"] = dist.distributed_c10d._get_all_pg_configs()
-    except Exception as exc:  # a half-torn-down process group must not lose the trace
+    except Exception as exc:  # noqa: BLE001 - a half-torn-down process group must not lose the trace
         log.warning("chrome_trace_distributed_info_failed", error=repr(exc))
         return None
     return info
@@ -674,7 +675,12 @@ class _EventText:
     """
 
     def __init__(
-        self, cols: _Columns, base_ns: int, pid: np.ndarray, tid: np.ndarray, layout: KinetoLayout = NEWEST_LAYOUT
+        self,
+        cols: _Columns,
+        base_ns: int,
+        pid: np.ndarray,
+        tid: np.ndarray,
+        layout: KinetoLayout = NEWEST_LAYOUT,
     ) -> None:
         self.cols = cols
         self.base_ns = base_ns
@@ -806,7 +812,8 @@ class _EventText:
             flow = FLOW_CATEGORY_BY_TYPE[ftype]
             phase, binding = ("s", "") if starts else ("f", ', "bp": "e"')
             lines[i] = (
-                f'{lines[i]},\n  {{"ph": "{phase}", "id": {fid}, "pid": {p}, "tid": {t}, "ts": {tu}.{ms[tn]}, '
+                f'{lines[i]},\n  {{"ph": "{phase}", "id": {fid}, "pid": {p}, "tid": {t}, '
+                f'"ts": {tu}.{ms[tn]}, '
                 f'"cat": "{flow}", "name": "{flow}"{binding}}}'
             )
         return ",\n".join(lines) + ",\n"
@@ -1026,8 +1033,8 @@ __all__ = [
     "NEWEST_LAYOUT",
     "ChromeTraceExporter",
     "KinetoLayout",
-    "kineto_layout",
     "format_us",
+    "kineto_layout",
     "render_chrome_trace",
     "trimonth_base_ns",
     "write_chrome_trace",

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
+
 from polyprof._log import get_logger
 from polyprof.components import Capabilities, Exporter
 from polyprof.errors import PluginUnavailable
@@ -120,7 +121,7 @@ def replay_plan(trace: Trace) -> list[ThreadReplay]:
     starts = events["start_ns"][chosen]
     durs = np.maximum(events["dur_ns"][chosen], 0)
     name_idx = events["name"][chosen]
-    table = tuple(events.table("name")) + (_UNNAMED,)
+    table = (*events.table("name"), _UNNAMED)
     name_idx = np.where(name_idx < 0, len(table) - 1, name_idx).astype(np.int32)
     # Per thread by start; at equal starts the longer (outer) range first.
     order = np.lexsort((-durs, starts, tids))

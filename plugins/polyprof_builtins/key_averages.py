@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from polyprof.averages import KEY_AVERAGES, KeyAveragesSummary, summarize
 from polyprof.components import Aggregator, Capabilities
 from polyprof.hookspecs import hookimpl
@@ -53,7 +54,9 @@ class KeyAverages(Aggregator):
         :raises ValueError: ``group_by_stack_n`` is not an int >= 0, or ``rows`` is out of range.
         """
         if options:
-            raise TypeError(f"unknown key_averages options {sorted(options)}; valid options: {list(_OPTIONS)}")
+            raise TypeError(
+                f"unknown key_averages options {sorted(options)}; valid options: {list(_OPTIONS)}"
+            )
         return summarize(
             tree,
             rows=rows,

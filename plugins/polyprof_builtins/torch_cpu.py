@@ -23,6 +23,7 @@ from operator import methodcaller
 from typing import Any
 
 import numpy as np
+
 from polyprof import torch_support
 from polyprof._log import get_logger
 from polyprof._memory import release_free_heap
@@ -238,6 +239,7 @@ class SavedKinetoTrace:
         import tempfile
 
         import orjson
+
         from polyprof.kineto_format import us_to_ns
 
         fd, path = tempfile.mkstemp(prefix="polyprof-kineto-", suffix=".json")
@@ -465,7 +467,7 @@ class _DeferredDecoder:
         return columns
 
 
-class _gc_paused:
+class _gc_paused:  # noqa: N801 - a context manager, named as one
     """Pause the cyclic GC while decoding.
 
     Decoding allocates hundreds of thousands of short-lived containers next to

@@ -28,7 +28,10 @@ def cuda_initialized() -> bool:
 
 def _kineto_properties(index: int, props: Any) -> dict[str, Any]:
     """One ``deviceProperties`` entry with Kineto's keys (libkineto's ``devicePropertiesJson``)."""
-    get = lambda name, default=0: getattr(props, name, default)
+
+    def get(name: str, default: Any = 0) -> Any:
+        return getattr(props, name, default)
+
     return {
         "id": index,
         "name": str(get("name", "")),

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Literal
 
 import attrs
+
 from polyprof import torch_support
 from polyprof.torch_support import TorchBuild
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import attrs
 import numpy as np
+
 from polyprof.components import Tracer
 from polyprof.events import DeviceType, EventBatch, EventKind
 from polyprof.log import get_logger

@@ -15,7 +15,6 @@ from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities, Tracer
 from polyprof.config import ProfileConfig
 from polyprof.hookspecs import hookimpl
-
 from polyprof_cuda import kineto, mode, nvml
 
 

@@ -23,6 +23,7 @@ import warnings
 from typing import Any
 
 import attrs
+
 from polyprof.log import get_logger
 
 log = get_logger(__name__)

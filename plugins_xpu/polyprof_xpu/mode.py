@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Literal
 
 import attrs
+
 from polyprof.torch_support import TorchBuild
 
 KINETO: Literal["kineto"] = "kineto"

@@ -16,7 +16,6 @@ from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities, Tracer
 from polyprof.config import ProfileConfig
 from polyprof.hookspecs import hookimpl
-
 from polyprof_xpu import env, kineto, mode
 
 #: What the plugin found and did to the environment when it loaded.

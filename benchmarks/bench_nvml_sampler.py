@@ -23,8 +23,9 @@ import time
 import types
 from typing import Any
 
-import polyprof
 import torch
+
+import polyprof
 from polyprof.hookspecs import hookimpl
 from polyprof.testing import make_plugin_manager_for_tests
 from polyprof_cuda.nvml import NvmlSampler

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 
 import numpy as np
+
 from polyprof.components import Subscriber, Tracer
 from polyprof.events import EventBatch
 

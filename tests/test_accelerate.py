@@ -30,9 +30,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("accelerate")
 
-from accelerate import Accelerator, ProfileKwargs
-from accelerate.state import AcceleratorState
-from polyprof import shim
+from accelerate import Accelerator, ProfileKwargs  # noqa: E402
+from accelerate.state import AcceleratorState  # noqa: E402
+
+from polyprof import shim  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples" / "accelerate"
 SCRIPTS = ("execution_time", "memory_consumption", "chrome_trace", "long_running", "flops")

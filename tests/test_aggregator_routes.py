@@ -18,10 +18,11 @@ from typing import Any
 
 import attrs
 import numpy as np
+import pytest
+
 import polyprof
 import polyprof.legacy
 import polyprof.shim
-import pytest
 from polyprof.components import Aggregator
 from polyprof.events import concat
 from polyprof.results import FunctionEventAvg, wrap_key_averages

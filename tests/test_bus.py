@@ -12,9 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 import structlog
-from bus_fakes import FakeTracer, RecordingSubscriber, same_batches
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from bus_fakes import FakeTracer, RecordingSubscriber, same_batches
 from polyprof.bus import BusStatistics, EventBus
 
 # ---------------------------------------------------------------------------- fixtures

@@ -14,6 +14,7 @@ import textwrap
 import time
 
 import pytest
+
 from bus_fakes import FakeTracer, RecordingSubscriber, same_batches
 from polyprof.bus import EventBus
 

@@ -13,9 +13,10 @@ import time
 import numpy as np
 import pytest
 import structlog
-from bus_fakes import FakeTracer, RecordingSubscriber, same_batches
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from bus_fakes import FakeTracer, RecordingSubscriber, same_batches
 from polyprof.activity import ProfilerActivity
 from polyprof.bus import DEFAULT_SUBSCRIBER_DRAIN_S, EventBus, Sink
 from polyprof.components import Subscriber

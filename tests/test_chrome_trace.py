@@ -32,6 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from polyprof import kineto_format
 from polyprof.activity import ProfilerActivity
 from polyprof.chrome_reader import (
     TraceFileError,
@@ -42,9 +43,11 @@ from polyprof.chrome_reader import (
 )
 from polyprof.components import Capabilities, Exporter
 from polyprof.config import ProfileConfig
-from polyprof import kineto_format
 from polyprof.events import FIELDS, DeviceType, EventBatch, EventKind, intern_column, intern_structured_column
 from polyprof.fileio import OutputDirectoryMissing, OutputPermissionError
+from polyprof.testing import make_plugin_manager_for_tests
+from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, Trace
+from polyprof.tree import EventTree
 from polyprof_builtins import chrome_trace
 from polyprof_builtins.chrome_trace import (
     ChromeTraceExporter,
@@ -53,9 +56,6 @@ from polyprof_builtins.chrome_trace import (
     trimonth_base_ns,
     write_chrome_trace,
 )
-from polyprof.testing import make_plugin_manager_for_tests
-from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, Trace
-from polyprof.tree import EventTree
 
 #: torch's base time in reference/torch_profiler.md §3 (a trimonth boundary).
 BASE = 1_790_857_026_000_000_000

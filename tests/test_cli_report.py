@@ -30,6 +30,7 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from polyprof import cli
 from polyprof.cli_report import (
     EXIT_BAD_INPUT,

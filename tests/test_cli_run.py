@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from polyprof.cli_run import (
     EXIT_USAGE,
     RunTarget,

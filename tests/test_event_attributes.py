@@ -23,7 +23,6 @@ import pytest
 
 from polyprof.activity import ProfilerActivity as PA
 from polyprof.config import ProfileConfig
-from polyprof_builtins.torch_cpu import decode_result
 from polyprof.results import (
     EventList,
     FunctionEvent,
@@ -34,6 +33,7 @@ from polyprof.results import (
     torch_event_surface,
 )
 from polyprof.trace import Trace
+from polyprof_builtins.torch_cpu import decode_result
 
 torch = pytest.importorskip("torch")
 from torch._C._profiler import _ExperimentalConfig  # noqa: E402

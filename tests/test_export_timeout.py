@@ -19,8 +19,9 @@ import pytest
 import structlog
 
 pytest.importorskip("torch")
-import polyprof
 import torch
+
+import polyprof
 from polyprof import ProfilerActivity
 from polyprof.components import Exporter
 from polyprof.exporting import (

@@ -11,7 +11,6 @@ type refuses it), activity filters, constructor arguments, and
 from __future__ import annotations
 
 import collections
-import gzip
 import inspect
 import json
 import os
@@ -24,14 +23,15 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
-import polyprof  # noqa: E402
 import torch.autograd.profiler as autograd_profiler  # noqa: E402
 import torch.profiler as tp  # noqa: E402
-from polyprof import shim, torch_support  # noqa: E402
-from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES
-from polyprof.profiler import activity_rules  # noqa: E402
 from torch.autograd import profiler_legacy  # noqa: E402
 from torch.autograd.profiler import KinetoStepTracker  # noqa: E402
+
+import polyprof  # noqa: E402
+from polyprof import shim, torch_support  # noqa: E402
+from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES  # noqa: E402
+from polyprof.profiler import activity_rules  # noqa: E402
 
 PA = tp.ProfilerActivity
 REPO = Path(__file__).resolve().parents[1]

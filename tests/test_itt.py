@@ -18,17 +18,18 @@ import threading
 from pathlib import Path
 
 import numpy as np
-import polyprof
-import polyprof.itt as pitt
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import polyprof
+import polyprof.itt as pitt
 from polyprof.errors import PluginUnavailable
 from polyprof.events import EventKind
+from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
 from polyprof_builtins import itt_export
 from polyprof_builtins.itt_export import END, IttExporter, replay_plan
-from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
 
 COLLECTOR_SOURCE = Path(__file__).parent / "itt_collector" / "collector.c"
 REPO = Path(__file__).resolve().parents[1]

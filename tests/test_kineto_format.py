@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import structlog
+
 from polyprof import events as events_module
 from polyprof import kineto_format
 from polyprof.activity import ProfilerActivity

@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
+from torch.autograd import profiler_legacy  # noqa: E402
+
 import polyprof  # noqa: E402
 import polyprof.legacy  # noqa: E402
 from polyprof import ProfilerActivity  # noqa: E402
@@ -27,7 +29,6 @@ from polyprof.testing import (  # noqa: E402
     make_event_batch,
     make_plugin_manager_for_tests,
 )
-from torch.autograd import profiler_legacy  # noqa: E402
 
 legacy = polyprof.legacy
 

@@ -19,13 +19,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import tomllib
 import zipfile
 from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 from hypothesis import given
 from hypothesis import strategies as st
 

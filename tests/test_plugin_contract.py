@@ -20,10 +20,11 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import polyprof
 import pytest
 import tomllib
 from packaging.requirements import Requirement
+
+import polyprof
 from polyprof import hookspecs
 from polyprof.activity import ProfilerActivity
 from polyprof.components import Aggregator, Exporter, Subscriber, Tracer

@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
-import polyprof
 import torch
 import torch.autograd.profiler_legacy as torch_legacy
 import torch.profiler as tp
+
+import polyprof
 from polyprof import ProfilerActivity, legacy
 from polyprof.config import ProfileArgumentError
 from polyprof.errors import PolyprofWarning

@@ -10,10 +10,11 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 import polyprof
 import polyprof.legacy
 import polyprof.registry
-import pytest
 from polyprof import ProfilerActivity, hookimpl
 from polyprof.recording import RecordingGate, RecordingInProgressError, recording_gate
 from polyprof.testing import ComponentPlugin, InMemoryExporter, make_plugin_manager_for_tests

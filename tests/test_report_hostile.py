@@ -26,6 +26,7 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from polyprof import cli
 from polyprof.chrome_reader import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, read_chrome_trace
 from polyprof.cli_report import EXIT_BAD_INPUT, add_report_command, terminal_safe

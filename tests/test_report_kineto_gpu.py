@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from polyprof.cli_report import load_report_results
 from polyprof.events import DeviceType
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from polyprof.activity import ProfilerActivity as PA
 from polyprof.averages import KeyAveragesSummary, summarize
 from polyprof.components import Aggregator

@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 import pytest
+
 from polyprof.activity import ProfilerActivity as PA
 from polyprof.collapsed_stacks import SUPPORTED_METRICS, metric_attribute
 from polyprof.config import ProfileConfig

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
 from polyprof.events import EventKind

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polyprof
 import pytest
+
+import polyprof
 from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities
 from polyprof.config import ProfileConfig
@@ -33,7 +34,7 @@ from polyprof.testing import (
 from polyprof.torch_result import CollectorResult, DeviceRowClaims, TorchResultTracer, decode_device_rows
 
 torch = pytest.importorskip("torch")
-from polyprof_builtins import torch_cpu
+from polyprof_builtins import torch_cpu  # noqa: E402
 
 
 class _KernelsFromCollector(TorchResultTracer):

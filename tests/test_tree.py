@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from polyprof import torch_support
 from polyprof import tree as tree_module
 from polyprof.activity import ProfilerActivity

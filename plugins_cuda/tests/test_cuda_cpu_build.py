@@ -14,6 +14,7 @@ import sys
 import warnings
 
 import pytest
+
 from polyprof import torch_support
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
@@ -21,10 +22,10 @@ from polyprof.events import EventKind
 
 torch = pytest.importorskip("torch")
 
-import polyprof
-from polyprof.testing import make_plugin_manager_for_tests
-from polyprof.user_warnings import ActivityUnavailableWarning
-from polyprof_cuda import kineto, plugin
+import polyprof  # noqa: E402
+from polyprof.testing import make_plugin_manager_for_tests  # noqa: E402
+from polyprof.user_warnings import ActivityUnavailableWarning  # noqa: E402
+from polyprof_cuda import kineto, plugin  # noqa: E402
 
 CPU_BUILD = torch_support.TorchBuild("2.13.0+cpu")
 REASON = "torch 2.13.0+cpu is not a CUDA build"

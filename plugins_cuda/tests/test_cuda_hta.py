@@ -20,6 +20,8 @@ pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis is not i
 pytest.importorskip("torch")
 
 from hta.trace_analysis import TraceAnalysis
+from test_cuda_kineto_mode import OS_TID, PID, KinetoEvent
+
 from polyprof.activity import ProfilerActivity
 from polyprof.attribution import link_launches
 from polyprof.config import ProfileConfig
@@ -29,7 +31,6 @@ from polyprof.torch_result import CollectorResult
 from polyprof_builtins import torch_cpu
 from polyprof_builtins.chrome_trace import ChromeTraceExporter
 from polyprof_cuda import kineto
-from test_cuda_kineto_mode import OS_TID, PID, KinetoEvent
 
 BASE = 1_700_000_000 * 10**9
 US = 1_000

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
 from polyprof.events import DeviceType, EventKind, concat
@@ -192,8 +193,9 @@ def test_without_a_device_cuda_is_unavailable_as_torch_says(
     cuda_build: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """torch.profiler lists CUDA only with a device: the default activities and the warning match."""
-    import polyprof
     import torch
+
+    import polyprof
     from polyprof.testing import make_plugin_manager_for_tests
     from polyprof.user_warnings import ActivityUnavailableWarning
     from polyprof_cuda import plugin

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from polyprof import torch_support
 from polyprof_cuda import mode
 

@@ -24,16 +24,16 @@ import structlog
 
 torch = pytest.importorskip("torch")
 
-import polyprof
-from polyprof import ProfilerActivity
-from polyprof.activity import ProfilerActivity as Act
-from polyprof.chrome_reader import read_chrome_trace
-from polyprof.config import ProfileConfig
-from polyprof.events import DeviceType, EventKind
-from polyprof.hookspecs import hookimpl
-from polyprof.testing import make_plugin_manager_for_tests
-from polyprof_cuda import nvml, plugin
-from polyprof_cuda.nvml import INTERVAL_ENV, METRICS, DeviceInUse, NvmlSampler, NvmlUnavailableWarning
+import polyprof  # noqa: E402
+from polyprof import ProfilerActivity  # noqa: E402
+from polyprof.activity import ProfilerActivity as Act  # noqa: E402
+from polyprof.chrome_reader import read_chrome_trace  # noqa: E402
+from polyprof.config import ProfileConfig  # noqa: E402
+from polyprof.events import DeviceType, EventKind  # noqa: E402
+from polyprof.hookspecs import hookimpl  # noqa: E402
+from polyprof.testing import make_plugin_manager_for_tests  # noqa: E402
+from polyprof_cuda import nvml, plugin  # noqa: E402
+from polyprof_cuda.nvml import INTERVAL_ENV, METRICS, DeviceInUse, NvmlSampler, NvmlUnavailableWarning  # noqa: E402
 
 NVML_ERROR_UNKNOWN = 999
 METRIC_NAMES = {m.name for m in METRICS}
@@ -427,10 +427,11 @@ def test_plugin_warns_when_nvidia_ml_py_is_missing(cuda_plugin_usable, monkeypat
 def test_hta_still_loads_a_cuda_trace_with_counters(tmp_path):
     pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis is not installed")
     from hta.trace_analysis import TraceAnalysis
+    from test_cuda_hta import build_trace
+
     from polyprof.events import concat
     from polyprof.testing import make_trace
     from polyprof_builtins.chrome_trace import ChromeTraceExporter
-    from test_cuda_hta import build_trace
 
     plain = build_trace()
     first, last = int(plain.events["start_ns"].min()), int(plain.events["start_ns"].max())

@@ -13,6 +13,7 @@ import json
 
 import pytest
 from kineto_standins import PID, QUEUE, ROWS, KinetoEvent, KinetoEvent211, Raw
+
 from polyprof import torch_support
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
@@ -21,8 +22,8 @@ from polyprof.testing import make_trace
 from polyprof.torch_result import CollectorResult
 
 torch = pytest.importorskip("torch")
-from polyprof_xpu import kineto
-from polyprof_xpu import plugin as xpu_plugin
+from polyprof_xpu import kineto  # noqa: E402
+from polyprof_xpu import plugin as xpu_plugin  # noqa: E402
 
 XPU_BUILD = torch_support.TorchBuild("2.15.0+xpu", xpu="20250301")
 XPU_AND_CPU = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.XPU})

@@ -7,6 +7,7 @@ checked whatever torch is installed here.
 from __future__ import annotations
 
 import pytest
+
 from polyprof import torch_support
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig

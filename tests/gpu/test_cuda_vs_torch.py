@@ -43,8 +43,8 @@ torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_child import WORKLOADS
-from gpu_compare import (
+from gpu_child import WORKLOADS  # noqa: E402
+from gpu_compare import (  # noqa: E402
     OVERHEAD_EPSILON,
     OVERHEAD_FACTOR,
     PROFILERS,

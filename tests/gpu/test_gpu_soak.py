@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_compare import env_float
+from gpu_compare import env_float  # noqa: E402
 
 #: steps per schedule cycle: wait 2 + warmup 1 + active 3
 CYCLE = 6

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from polyprof.activity import ProfilerActivity
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -18,8 +19,9 @@ pytestmark = pytest.mark.usefixtures("cuda_build")
 
 
 def test_a_session_in_kineto_mode_asks_torchs_collector_for_cuda() -> None:
-    import polyprof
     import torch
+
+    import polyprof
     from polyprof.testing import make_plugin_manager_for_tests
     from polyprof_cuda import plugin
 

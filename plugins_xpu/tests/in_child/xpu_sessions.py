@@ -7,9 +7,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import polyprof
 import pytest
 import torch
+
+import polyprof
 from polyprof.activity import ProfilerActivity
 from polyprof.testing import make_plugin_manager_for_tests
 from polyprof_xpu import kineto

@@ -287,6 +287,11 @@ def test_end_to_end_device_columns_for_the_op_that_launched(tmp_path, monkeypatc
         device.launch(kernel_ns=5_000)  # no op open: unattributed
 
     averages = {e.key: e for e in prof.key_averages()}
+    if "polyprof_attribution_test::launching" not in averages:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as oracle:
+            launching(torch.ones(4))
+        if "polyprof_attribution_test::launching" not in {e.key for e in oracle.key_averages()}:
+            pytest.skip(f"torch {torch.__version__} does not record calls of a torch.library.custom_op")
     op = averages["polyprof_attribution_test::launching"]
     assert op.self_device_time_total == pytest.approx(50.0)
     assert averages["fake_kernel"].count == 3

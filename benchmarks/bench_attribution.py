@@ -45,7 +45,9 @@ def synthetic(n: int, threads: int = 4, seed: int = 0) -> tuple[EventBatch, Even
     device = EventBatch.build(
         "cupti",
         {
-            "kind": np.r_[np.full(m, int(EventKind.RUNTIME), np.int8), np.full(m, int(EventKind.KERNEL), np.int8)],
+            "kind": np.r_[
+                np.full(m, int(EventKind.RUNTIME), np.int8), np.full(m, int(EventKind.KERNEL), np.int8)
+            ],
             "name": np.full(2 * m, -1, np.int32),
             "start_ns": np.r_[launch_start, launch_start + 5000],
             "dur_ns": np.r_[np.full(m, 50), np.full(m, 3000)],
@@ -58,7 +60,9 @@ def synthetic(n: int, threads: int = 4, seed: int = 0) -> tuple[EventBatch, Even
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--ops", type=int, default=200_000, help="torch ops (and launches, and kernels)")
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
@@ -71,7 +75,8 @@ def main() -> None:
     share = float((linked["linked_correlation_id"] > 0).mean())
     print(
         f"link_launches: {len(cpu)} ops, {len(device)} launch + kernel rows: "
-        f"median {sorted(times)[len(times) // 2]:.3f} s over {args.reps} runs ({share:.0%} of rows attributed)"
+        f"median {sorted(times)[len(times) // 2]:.3f} s over {args.reps} runs "
+        f"({share:.0%} of rows attributed)"
     )
 
 

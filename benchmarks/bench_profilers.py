@@ -87,7 +87,9 @@ def median_of(runs: list[dict], key: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--ops", type=int, default=200_000, help="tiny ops in workload (a)")
     parser.add_argument("--steps", type=int, default=20, help="training steps in workload (b)")
     parser.add_argument("--reps", type=int, default=3, help="child processes per measurement (median)")

@@ -63,7 +63,9 @@ def run_child(n_ops: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--ops", type=int, default=200_000, help="tiny ops recorded with shapes")
     parser.add_argument("--reps", type=int, default=3, help="child processes (median)")
     parser.add_argument("--json", help="also write the raw results here")

@@ -81,7 +81,7 @@ def _run_unprivileged(fn: Callable[[], str]) -> str:
             os.setgid(NOBODY_UID)
             os.setuid(NOBODY_UID)
             result = fn()
-        except BaseException as exc:  # report anything, never run the parent's code
+        except BaseException as exc:  # noqa: BLE001 - report anything, never run the parent's code
             result, code = f"child failed: {exc!r}", 1
         with os.fdopen(write_end, "w") as out:
             out.write(result)

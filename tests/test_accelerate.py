@@ -199,7 +199,7 @@ def run_in_process(
     return Run(0, stdout.getvalue(), "", out_dir), namespace
 
 
-# --------------------------------------------------------------------------- what each sample must print and write
+# ---------------------------------------------------------------- what each sample must print and write
 
 
 #: Column names the guide shows (or torch prints for the guide's call), per sample.
@@ -273,7 +273,8 @@ def check_kineto_trace(path: Path) -> dict:
 def test_sample_through_polyprof_run(script: str, polyprof_runs: dict[str, Run]) -> None:
     run = polyprof_runs[script].check()
     check_sample_output(script, run)
-    # polyprof run's own note: the script's profiler was polyprof's (and its whole-script profile stood aside).
+    # polyprof run's own note: the script's profiler was polyprof's (and its whole-script profile stood
+    # aside).
     assert "polyprof.shim.TorchProfile" in run.stderr, run.stderr
 
 
@@ -432,7 +433,7 @@ def test_schedule_option_runs_handler_as_torch_does(
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_exporting_an_empty_schedule_fails(tmp_path: Path, fresh_accelerate_state: None) -> None:
-    """The guide's schedule, 8 steps and ``output_trace_dir``: nothing was recorded, so there is nothing to write.
+    """The guide's schedule, 8 steps and ``output_trace_dir``: nothing recorded, so nothing to write.
 
     torch raises ``AssertionError: Profiler must be initialized before exporting chrome trace``;
     polyprof raises a ``RuntimeError`` saying that nothing was recorded. Neither writes a file.

@@ -70,7 +70,7 @@ def test_concurrent_tracers_and_foreign_threads_deliver_everything_once_in_order
     threads = [threading.Thread(target=produce, args=(t,)) for t in tracers[:3]]
     for thread in threads:
         thread.start()
-    for i in range(40):  # the last tracer puts from the test's own thread
+    for _ in range(40):  # the last tracer puts from the test's own thread
         tracers[3].put([1000])
     for thread in threads:
         thread.join()
@@ -248,7 +248,7 @@ def test_raising_decode_is_isolated_counted_and_logged(bus):
     bus.add_tracer(healthy)
     bus.subscribe(sub)
     with structlog.testing.capture_logs() as logs:
-        for i in range(8):
+        for _ in range(8):
             broken.put([2])
             healthy.put([3])
         broken.outbox.put(["junk"])
@@ -625,7 +625,7 @@ def test_bad_arguments_are_clear_errors(bus):
         EventBus(overflow_wait_s=-0.5)
     with pytest.raises(ValueError, match="poll_interval_s"):
         EventBus(poll_interval_s=0)
-    with pytest.raises(TypeError, match="default_capacity|capacity"):
+    with pytest.raises(TypeError, match=r"default_capacity|capacity"):
         EventBus(default_capacity=2.5)  # type: ignore[arg-type]
 
     tracer = FakeTracer("dup")

@@ -255,7 +255,7 @@ def test_sink_and_drain_arguments_are_checked():
     with pytest.raises(TypeError, match="subscriber_drain_s"):
         EventBus(subscriber_drain_s="5")  # type: ignore[arg-type]
     with EventBus() as bus:
-        with pytest.raises(ValueError, match="Sink.*capacity"):
+        with pytest.raises(ValueError, match=r"Sink.*capacity"):
             bus.subscribe(ListSink(), capacity=4)
         sink = ListSink()
         bus.subscribe(sink)

@@ -1687,7 +1687,9 @@ def test_end_to_end_trace_shape_matches_torchs(tmp_path: Path) -> None:
         ("ours", polyprof.profile, polyprof.ProfilerActivity.CPU),
     ):
         with profile_cls(
-            activities=[activity], experimental_config=torch_support.make_experimental_config(**flags), **options
+            activities=[activity],
+            experimental_config=torch_support.make_experimental_config(**flags),
+            **options,
         ) as prof:
             _torch_workload(torch, with_worker=False)
         path = tmp_path / f"{name}.json"

@@ -271,6 +271,8 @@ def test_a_plugin_mode_is_shown_next_to_loaded() -> None:
 
     mode = "via torch's Kineto (torch 2.11.0+cu130, CUDA 13.0)"
     caps = Capabilities(activities={ProfilerActivity.CUDA}, mode=mode)
-    info = PluginInfo("cuda", "polyprof_cuda.plugin", "polyprof-cuda", "0.1.0", status="loaded", capabilities=caps)
+    info = PluginInfo(
+        "cuda", "polyprof_cuda.plugin", "polyprof-cuda", "0.1.0", status="loaded", capabilities=caps
+    )
     assert info.display_status == "loaded, via torch's Kineto (torch 2.11.0+cu130, CUDA 13.0)"
     assert info.to_dict()["capabilities"]["mode"].startswith("via torch's Kineto")

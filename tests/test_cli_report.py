@@ -335,7 +335,7 @@ def test_top_level_only_keeps_ops_without_a_parent(torch_runs, report):
 
 
 def test_report_options_are_validated():
-    with pytest.raises(ValueError, match="unknown sort key 'wall_time'.*cpu_time_total"):
+    with pytest.raises(ValueError, match=r"unknown sort key 'wall_time'.*cpu_time_total"):
         ReportOptions(sort_by="wall_time")
     with pytest.raises(ValueError, match="row_limit"):
         ReportOptions(row_limit=-2)

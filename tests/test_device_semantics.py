@@ -50,28 +50,32 @@ RELEASE_IDS = [f"torch2.{r.torch_minor[1]}" for r in RELEASES]
 
 def op(name: str, op_id: int, start_us: int, dur_us: int, **extra: Any) -> dict[str, Any]:
     """A torch op as the CPU tracer decodes it from torch's collector."""
-    return {"name": name, "kind": EventKind.CPU_OP, "start_ns": BASE_NS + start_us * US, "dur_ns": dur_us * US,
-            "pid": PID, "tid": OS_TID, "thread": 1, "correlation_id": op_id, **extra}  # fmt: skip
+    return {"name": name, "kind": EventKind.CPU_OP, "start_ns": BASE_NS + start_us * US,
+            "dur_ns": dur_us * US, "pid": PID, "tid": OS_TID, "thread": 1, "correlation_id": op_id,
+            **extra}  # fmt: skip
 
 
 def api_call(
     name: str, cupti_id: int, start_us: int, dur_us: int, kind: EventKind = EventKind.RUNTIME
 ) -> dict:
     """A runtime/driver call as polyprof-cuda decodes it: OS thread, CUPTI's correlation id."""
-    return {"name": name, "kind": kind, "start_ns": BASE_NS + start_us * US, "dur_ns": dur_us * US, "pid": PID,
-            "tid": OS_TID, "device_type": int(DeviceType.CUDA), "correlation_id": cupti_id}  # fmt: skip
+    return {"name": name, "kind": kind, "start_ns": BASE_NS + start_us * US, "dur_ns": dur_us * US,
+            "pid": PID, "tid": OS_TID, "device_type": int(DeviceType.CUDA),
+            "correlation_id": cupti_id}  # fmt: skip
 
 
 def on_stream(name: str, kind: EventKind, cupti_id: int, start_us: int, dur_us: int) -> dict[str, Any]:
     """A kernel, copy or sync on device 0, stream 7, with the launching call's CUPTI id."""
-    return {"name": name, "kind": kind, "start_ns": BASE_NS + start_us * US, "dur_ns": dur_us * US, "pid": 0,
-            "tid": 7, "stream": 7, "device_type": int(DeviceType.CUDA), "correlation_id": cupti_id}  # fmt: skip
+    return {"name": name, "kind": kind, "start_ns": BASE_NS + start_us * US, "dur_ns": dur_us * US,
+            "pid": 0, "tid": 7, "stream": 7, "device_type": int(DeviceType.CUDA),
+            "correlation_id": cupti_id}  # fmt: skip
 
 
 def overhead(cupti_id: int, start_us: int, dur_us: int, device_type: DeviceType = DeviceType.CPU) -> dict:
     """CUPTI's own cost; its correlation id is that of the API call that caused it (cupti_activity.h)."""
-    return {"name": "Activity Buffer Request", "kind": EventKind.OVERHEAD, "start_ns": BASE_NS + start_us * US,
-            "dur_ns": dur_us * US, "pid": -1, "device_type": int(device_type), "correlation_id": cupti_id}  # fmt: skip
+    return {"name": "Activity Buffer Request", "kind": EventKind.OVERHEAD,
+            "start_ns": BASE_NS + start_us * US, "dur_ns": dur_us * US, "pid": -1,
+            "device_type": int(device_type), "correlation_id": cupti_id}  # fmt: skip
 
 
 def linked_tree(cpu_rows: list[dict], cupti_rows: list[dict], rules: PostProcessingRules) -> EventTree:

@@ -127,7 +127,9 @@ def test_memory_and_flops(model) -> None:
         if key in torch_:
             assert mine[key] == torch_[key], key
     table = ours.key_averages().table(sort_by="cpu_time_total", row_limit=10)
-    assert table_header(table) == table_header(theirs.key_averages().table(sort_by="cpu_time_total", row_limit=10))
+    assert table_header(table) == table_header(
+        theirs.key_averages().table(sort_by="cpu_time_total", row_limit=10)
+    )
     assert "CPU Mem" in table and "Total " in table and "FLOPs" in table
 
 
@@ -153,7 +155,9 @@ def test_multithreaded_profile_all_threads() -> None:
     if "profile_all_threads" not in torch_support.installed().experimental_fields:
         pytest.skip(f"torch {torch.__version__} has no _ExperimentalConfig(profile_all_threads=...)")
 
-    theirs, ours = run_both(threaded_workload, experimental_config=_ExperimentalConfig(profile_all_threads=True))
+    theirs, ours = run_both(
+        threaded_workload, experimental_config=_ExperimentalConfig(profile_all_threads=True)
+    )
     assert op_counts(ours.key_averages()) == op_counts(theirs.key_averages())
     names = {e.key for e in ours.key_averages()}
     assert {"main", "worker0", "worker1", "worker2"} <= names

@@ -267,10 +267,10 @@ def test_values_are_copies_as_each_torch_event_has_its_own(run: Run) -> None:
 
 def test_append_methods_change_the_event_as_torchs_do(train_like: tuple[Any, Any]) -> None:
     ours, theirs = train_like
-    pick = lambda events: [e for e in events if e.name == "inputs"][0]  # noqa: E731
+    pick = lambda events: next(e for e in events if e.name == "inputs")  # noqa: E731
     a, b = pick(ours), pick(theirs)
-    child_a = [e for e in ours if e.name == "forward"][0]
-    child_b = [e for e in theirs if e.name == "forward"][0]
+    child_a = next(e for e in ours if e.name == "forward")
+    child_b = next(e for e in theirs if e.name == "forward")
     for x, child in ((a, child_a), (b, child_b)):
         x.append_kernel("k", 0, 2.5)
         x.append_cpu_child(child)

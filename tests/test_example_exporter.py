@@ -37,12 +37,18 @@ def example_site(tmp_path_factory) -> Path:
 def run_with(site: Path, code: str, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True, env=env, check=False
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
 
 
 def test_discovered_and_listed(example_site: Path) -> None:
-    out = run_with(example_site, "from polyprof.cli import main; raise SystemExit(main(['plugins', '--json']))")
+    out = run_with(
+        example_site, "from polyprof.cli import main; raise SystemExit(main(['plugins', '--json']))"
+    )
     assert out.returncode == 0, out.stderr
     plugins = {p["name"]: p for p in json.loads(out.stdout)}
     assert plugins["example_csv"]["status"] == "loaded"

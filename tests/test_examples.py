@@ -281,7 +281,8 @@ def check_xpu_without_a_usable_plugin(run: Run) -> None:
     XPU device): a warning, CPU only."""
     if not _xpu_plugin_installed():
         assert run.stdout.strip() == (
-            "ActivityUnavailableError: ProfilerActivity.XPU needs the polyprof-xpu plugin: pip install polyprof-xpu"
+            "ActivityUnavailableError: ProfilerActivity.XPU needs the polyprof-xpu plugin: "
+            "pip install polyprof-xpu"
         )
         return
     assert "XPU profiling is not available here" in run.stderr

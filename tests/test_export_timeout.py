@@ -1,4 +1,4 @@
-"""A hanging exporter plugin: export gives up at its deadline, names the exporter and the path, leaves no file.
+"""A hanging exporter plugin: export gives up at its deadline, names exporter and path, leaves no file.
 
 Issue 11, fault 4: an exporter whose ``export()`` never returned hung
 ``prof.export(...)`` and ``polyprof run`` forever.
@@ -39,7 +39,7 @@ HANG_S = 30
 
 
 class HangingExporter(Exporter):
-    """Hangs until ``release`` is set; ``in_place`` writes part of the file first, ``atomic`` all at the end."""
+    """Hangs until ``release`` is set; ``in_place`` writes part of the file first, ``atomic`` at the end."""
 
     suffixes = (".hang",)
 
@@ -192,7 +192,8 @@ HANGING_SCRIPT = """
         def export(self, trace, path, **options):
             threading.Event().wait()  # forever
 
-    pm = make_plugin_manager_for_tests(ComponentPlugin(plugin_name="hanging", exporters=[Hang()]), builtins=True)
+    hanging = ComponentPlugin(plugin_name="hanging", exporters=[Hang()])
+    pm = make_plugin_manager_for_tests(hanging, builtins=True)
     with polyprof.profile(plugin_manager=pm) as prof:
         torch.ones(4).sum()
     prof.export("trace.hang", format="hang")

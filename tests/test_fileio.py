@@ -266,7 +266,7 @@ def test_read_only_directory_gives_clear_permission_error_and_no_file(
 
 
 def name_of_bytes(length: int, suffix: str = ".pt.trace.json") -> str:
-    """A file name of ``length`` bytes in UTF-8, ending like torch's trace files, with multibyte characters."""
+    """A file name of ``length`` bytes in UTF-8 with multibyte characters, ending like torch's trace files."""
     stem_bytes = length - len(suffix.encode())
     return "é" * (stem_bytes // 2) + "w" * (stem_bytes % 2) + suffix
 
@@ -274,7 +274,7 @@ def name_of_bytes(length: int, suffix: str = ".pt.trace.json") -> str:
 @pytest.mark.parametrize("length", [238, 245, 254, 255])
 @pytest.mark.parametrize("suffix", [".pt.trace.json", ".pt.trace.json.gz"])
 def test_names_up_to_name_max_are_written(tmp_path: Path, length: int, suffix: str) -> None:
-    """torch's tensorboard_trace_handler names (worker = host_pid) reach 238-254 bytes with long host names."""
+    """torch's tensorboard_trace_handler names (worker = host_pid) reach 238-254 bytes on long host names."""
     assert os.pathconf(tmp_path, "PC_NAME_MAX") == 255
     name = name_of_bytes(length, suffix)
     assert len(name.encode()) == length

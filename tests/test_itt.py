@@ -104,7 +104,7 @@ def test_without_torch_itt_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delattr(torch._C, "_itt")
     assert pitt.is_available() is False
     for call in (lambda: pitt.range_push("x"), pitt.range_pop, lambda: pitt.mark("x")):
-        with pytest.raises(RuntimeError, match="ITT functions not installed.*lacks"):
+        with pytest.raises(RuntimeError, match=r"ITT functions not installed.*lacks"):
             call()
     with pytest.raises(RuntimeError, match="ITT functions not installed"), pitt.range("x"):
         pass
@@ -151,7 +151,7 @@ def test_emit_itt_disabled_is_a_no_op() -> None:
 def test_emit_itt_is_not_reentrant() -> None:
     ctx = pitt.emit_itt(record_shapes=True)
     with ctx:
-        with pytest.raises(RuntimeError, match="^ITT annotation context manager is not reentrant$"), ctx:
+        with pytest.raises(RuntimeError, match=r"^ITT annotation context manager is not reentrant$"), ctx:
             pass
         assert torch.autograd._profiler_enabled()
         with pytest.raises(RuntimeError, match="Profiler is already enabled on this thread"), pitt.emit_itt():
@@ -162,7 +162,9 @@ def test_emit_itt_is_not_reentrant() -> None:
 def test_emit_itt_inside_polyprof_profile_is_an_error() -> None:
     with polyprof.profile() as prof:
         with (
-            pytest.raises(RuntimeError, match="Profiler is already enabled on this thread.*polyprof profile"),
+            pytest.raises(
+                RuntimeError, match=r"Profiler is already enabled on this thread.*polyprof profile"
+            ),
             pitt.emit_itt(),
         ):
             pass
@@ -176,7 +178,7 @@ def test_emit_itt_inside_polyprof_profile_is_an_error() -> None:
 def test_emit_itt_inside_torch_profile_is_an_error() -> None:
     with (
         torch.profiler.profile(),
-        pytest.raises(RuntimeError, match="Profiler is already enabled on this thread.*ProfilerType"),
+        pytest.raises(RuntimeError, match=r"Profiler is already enabled on this thread.*ProfilerType"),
         pitt.emit_itt(),
     ):
         pass
@@ -433,7 +435,7 @@ def test_plugin_unavailable_without_ittapi(monkeypatch: pytest.MonkeyPatch, tmp_
     info = pm.plugin_info("itt_export")
     assert info.status == "unavailable"
     assert "ittapi package is not installed" in info.reason and "polyprof[itt]" in info.reason
-    with pytest.raises(Exception, match="itt.*unavailable.*ittapi"):
+    with pytest.raises(Exception, match=r"itt.*unavailable.*ittapi"):
         pm.make_exporter(_two_thread_trace().config, "itt")
     with pytest.raises(PluginUnavailable, match="pip install 'polyprof\\[itt\\]'"):
         IttExporter().export(_two_thread_trace(), str(tmp_path / "x"))

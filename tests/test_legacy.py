@@ -299,7 +299,7 @@ def test_not_reentrant_and_records_once() -> None:
                 pass
         torch.ones(2).sum()
     assert sum(a.count for a in prof.key_averages() if a.key == "aten::sum") == 2
-    with pytest.raises(RuntimeError, match="not reentrant.*already recorded once"):
+    with pytest.raises(RuntimeError, match=r"not reentrant.*already recorded once"):
         with prof:
             pass
     assert_nothing_running()
@@ -319,7 +319,7 @@ def test_results_before_the_end_are_clear_errors() -> None:
     assert prof.function_events is None
     assert str(prof).startswith("<unfinished polyprof.legacy.profile")
     with prof:
-        with pytest.raises(RuntimeError, match="didn't finish running.*after the with-block"):
+        with pytest.raises(RuntimeError, match=r"didn't finish running.*after the with-block"):
             prof.key_averages()
         assert "recording" in repr(prof)
 

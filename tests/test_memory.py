@@ -16,7 +16,8 @@ def _rss_kb() -> int:
 
 
 @pytest.mark.skipif(
-    not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="needs glibc's malloc_trim"
+    not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+    reason="needs glibc's malloc_trim",
 )
 def test_trim_returns_freed_small_objects_to_the_os():
     release_free_heap()

@@ -22,6 +22,7 @@ import textwrap
 import zipfile
 from decimal import Decimal
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -126,9 +127,9 @@ def test_editable_install_entry_points_resolve():
 
 
 class ExampleDistribution:
-    metadata = {"Name": "polyprof-example-exporter"}
+    metadata: ClassVar[dict[str, str]] = {"Name": "polyprof-example-exporter"}
     version = "0.1.0"
-    entry_points = [
+    entry_points: ClassVar[list[importlib.metadata.EntryPoint]] = [
         importlib.metadata.EntryPoint("example_csv", "polyprof_example_exporter", ENTRY_POINT_GROUP)
     ]
 

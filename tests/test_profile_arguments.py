@@ -93,7 +93,7 @@ def test_wrong_argument_is_named_with_what_it_takes(case: tuple) -> None:
 
 
 def _torch_refuses(cls: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
-    """Whether torch raises at any point of a small profile with these arguments (polyprof's CPU as torch's)."""
+    """Whether torch raises anywhere in a small profile with these arguments (polyprof's CPU as torch's)."""
     if isinstance(kwargs.get("activities"), list):
         kwargs = {
             **kwargs,

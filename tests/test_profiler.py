@@ -35,7 +35,11 @@ def run_schedule(profile_cls, schedule_fn, steps: int, acc_events: bool = False)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        kwargs = {"activities": [tp.ProfilerActivity.CPU], "on_trace_ready": handler, "acc_events": acc_events}
+        kwargs = {
+            "activities": [tp.ProfilerActivity.CPU],
+            "on_trace_ready": handler,
+            "acc_events": acc_events,
+        }
         if schedule_fn is not None:
             kwargs["schedule"] = schedule_fn
         with profile_cls(**kwargs) as prof:
@@ -73,7 +77,9 @@ def test_no_schedule_delivers_at_exit() -> None:
 
 def test_partial_cycle_delivered_at_exit_and_warmup_not() -> None:
     sched = dict(wait=1, warmup=1, active=3)
-    assert run_schedule(polyprof.profile, polyprof.schedule(**sched), 3) == [(3, ["ProfilerStep#2", "ProfilerStep#3"])]
+    assert run_schedule(polyprof.profile, polyprof.schedule(**sched), 3) == [
+        (3, ["ProfilerStep#2", "ProfilerStep#3"])
+    ]
     assert run_schedule(polyprof.profile, polyprof.schedule(**sched), 1) == []
 
 
@@ -98,7 +104,7 @@ def test_activities_as_dict_and_torch_enums() -> None:
 def test_unknown_activity_lists_valid_choices() -> None:
     # torch 2.6 to 2.13 raise AssertionError (no activity left), 2.14+ TypeError (wrong item type):
     # tests/test_frontend_versions.py checks the type against the installed torch.
-    with pytest.raises((TypeError, AssertionError), match="valid activities are: ProfilerActivity.CPU"):
+    with pytest.raises((TypeError, AssertionError), match=r"valid activities are: ProfilerActivity.CPU"):
         polyprof.profile(activities=["gpu"])
 
 
@@ -236,7 +242,9 @@ def test_export_stacks_through_the_frontend(tmp_path) -> None:
         return (x @ x).relu()
 
     with polyprof.profile(
-        activities=[ProfilerActivity.CPU], with_stack=True, experimental_config=_ExperimentalConfig(verbose=True)
+        activities=[ProfilerActivity.CPU],
+        with_stack=True,
+        experimental_config=_ExperimentalConfig(verbose=True),
     ) as prof:
         work()
     path = tmp_path / "stacks.txt"
@@ -278,7 +286,9 @@ def test_a_tracer_that_fails_to_decode_is_a_warning_not_silence() -> None:
             raise ValueError("corrupt buffer")
 
     batch = make_event_batch([{"kind": 0, "name": "x", "start_ns": 1, "dur_ns": 1}])
-    plugin = ComponentPlugin(tracers=[BrokenTracer([batch], name="broken", activities=[ProfilerActivity.XPU])])
+    plugin = ComponentPlugin(
+        tracers=[BrokenTracer([batch], name="broken", activities=[ProfilerActivity.XPU])]
+    )
     pm = make_plugin_manager_for_tests(("fake_xpu", plugin), builtins=True)
     prof = polyprof.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.XPU], plugin_manager=pm)
     with pytest.warns(RuntimeWarning, match="tracer 'broken' failed to decode"):

@@ -559,7 +559,7 @@ def test_components_are_type_checked_naming_the_plugin():
     with pytest.raises(TypeError, match="plugin 'junk': polyprof_make_tracers must return a list of Tracer"):
         pm.make_tracers(CONFIG)
     with pytest.raises(
-        TypeError, match="plugin 'junk' returned <object object .*>, which is not a Subscriber"
+        TypeError, match=r"plugin 'junk' returned <object object .*>, which is not a Subscriber"
     ):
         pm.make_subscribers(CONFIG)
 
@@ -803,7 +803,7 @@ def test_fake_tracer_and_in_memory_exporter():
     assert exporter.traces == [trace] and exporter.exported[0].options == {"detail": 1}
     exporter.clear()
     assert exporter.exported == []
-    with pytest.raises(TypeError, match="needs a polyprof.trace.Trace"):
+    with pytest.raises(TypeError, match=r"needs a polyprof.trace.Trace"):
         exporter.export(batch, "x")
 
 

@@ -741,7 +741,9 @@ def test_results_use_the_sessions_key_averages_aggregator() -> None:
 
 def test_an_unusable_aggregator_result_is_a_type_error_naming_it() -> None:
     for result, problem in ((42, "returned int"), ([object()], "lacks")):
-        broken = ProfileResults(traces=(_small_trace(),), aggregators={"key_averages": _ListAggregator(result)})
+        broken = ProfileResults(
+            traces=(_small_trace(),), aggregators={"key_averages": _ListAggregator(result)}
+        )
         with pytest.raises(TypeError, match=f"_ListAggregator.*{problem}.*KeyAveragesSummary"):
             broken.key_averages()
         with pytest.raises(TypeError, match="_ListAggregator"):

@@ -80,5 +80,5 @@ def test_negative_step_rejected() -> None:
 
 def test_torch_actions_are_accepted_from_user_schedules() -> None:
     assert coerce_action(torch_profiler.ProfilerAction.RECORD) is ProfilerAction.RECORD
-    with pytest.raises(ValueError, match="ProfilerAction.RECORD_AND_SAVE"):
+    with pytest.raises(ValueError, match=r"ProfilerAction.RECORD_AND_SAVE"):
         coerce_action("sometimes")

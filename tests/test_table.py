@@ -140,7 +140,9 @@ def stack_averages(stack_prof: torch.profiler.profile) -> tuple[EventList, ...]:
 @pytest.fixture(scope="module")
 def overload_prof() -> torch.profiler.profile:
     if "capture_overload_names" not in FEATURES.experimental_fields:
-        pytest.skip(f"torch {FEATURES.version_text} records no overload names (test_no_overload_column_before_2_7)")
+        pytest.skip(
+            f"torch {FEATURES.version_text} records no overload names (test_no_overload_column_before_2_7)"
+        )
     return profiled(record_shapes=True, experimental_config=ExperimentalConfig(capture_overload_names=True))
 
 
@@ -340,8 +342,8 @@ def test_raw_events_with_shapes_and_memory_match_torch(
 
 @pytest.mark.parametrize(
     "options",
-    OPTION_SETS[:6]
-    + [
+    [
+        *OPTION_SETS[:6],
         {"max_src_column_width": 20},
         {"sort_by": "self_cpu_time_total", "row_limit": 3, "max_src_column_width": 60},
     ],
@@ -405,7 +407,7 @@ LEGACY_CUDA_TABLE = """\
 --------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  
 Self CPU time total: 200.000us
 Self CUDA time total: 90.000us
-"""
+"""  # noqa: E501, W291 - torch's table as it prints it
 
 
 def legacy_device_events(use_device: str) -> EventList:

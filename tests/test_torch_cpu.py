@@ -150,7 +150,9 @@ def test_hidden_events_are_skipped_as_torch_does() -> None:
 
 
 def test_undecodable_names_are_marked_not_fatal() -> None:
-    result = FakeResult([FakeKinetoEvent("x", 1_000, 10, bad_name=True), FakeKinetoEvent("aten::mul", 1_020, 5)])
+    result = FakeResult(
+        [FakeKinetoEvent("x", 1_000, 10, bad_name=True), FakeKinetoEvent("aten::mul", 1_020, 5)]
+    )
     batch, _ = decode_result(result, CONFIG, pid=7)
     assert batch.values("name") == ["<undecodable name>", "aten::mul"]
 

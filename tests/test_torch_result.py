@@ -138,7 +138,7 @@ def test_a_bad_answer_names_the_plugin_and_the_valid_names(answer: Any, message:
 def test_a_result_tracer_without_the_collector_owner_is_a_clear_error(monkeypatch: Any) -> None:
     plugin = _DevicePlugin()
     pm = make_plugin_manager_for_tests(("fake_device", plugin), builtins=False)
-    with pytest.raises(PolyprofError, match="needs exactly one tracer driving it .* found 0: none"):
+    with pytest.raises(PolyprofError, match=r"needs exactly one tracer driving it .* found 0: none"):
         polyprof.profile(activities=[ProfilerActivity.CUDA], plugin_manager=pm).start()
 
 

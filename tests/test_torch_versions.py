@@ -79,7 +79,9 @@ def test_experimental_flags_are_read_back_on_this_torch() -> None:
 
 
 def test_a_flag_this_torch_lacks_is_a_clear_error(monkeypatch) -> None:
-    lacking = attrs_evolve(FEATURES, experimental_fields=FEATURES.experimental_fields - {"profile_all_threads"})
+    lacking = attrs_evolve(
+        FEATURES, experimental_fields=FEATURES.experimental_fields - {"profile_all_threads"}
+    )
     monkeypatch.setattr(torch_support, "installed", lambda: lacking)
     with pytest.raises(ValueError, match="has no _ExperimentalConfig option profile_all_threads"):
         torch_support.make_experimental_config(verbose=False, profile_all_threads=True)
@@ -513,4 +515,8 @@ def test_the_torch_build_is_read_from_its_files_as_torch_reports_it() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     version, cuda, xpu, imported = json.loads(out.strip().splitlines()[-1])
     assert not imported
-    assert (version, cuda, xpu) == (str(torch.__version__), torch.version.cuda, getattr(torch.version, "xpu", None))
+    assert (version, cuda, xpu) == (
+        str(torch.__version__),
+        torch.version.cuda,
+        getattr(torch.version, "xpu", None),
+    )

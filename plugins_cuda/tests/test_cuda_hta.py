@@ -42,8 +42,8 @@ STEP = [
     ("aten::copy_", 0, 40, "cudaMemcpyAsync", "Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 7),
     ("aten::zero_", 45, 60, "cudaMemsetAsync", "Memset (Device)", "gpu_memset", 7),
     ("aten::mm", 70, 120, "cudaLaunchKernel", "ampere_sgemm_64x64_nn", "kernel", 7),
-    ("aten::relu", 125, 140, "cudaLaunchKernel", "void at::native::vectorized_elementwise_kernel<4>()", "kernel", 7),
-    ("aten::add", 145, 160, "cudaLaunchKernel", "void at::native::elementwise_kernel<128, 2>()", "kernel", 13),
+    ("aten::relu", 125, 140, "cudaLaunchKernel", "void at::native::vectorized_elementwise_kernel<4>()", "kernel", 7),  # noqa: E501
+    ("aten::add", 145, 160, "cudaLaunchKernel", "void at::native::elementwise_kernel<128, 2>()", "kernel", 13),  # noqa: E501
     ("aten::copy_", 165, 380, "cudaMemcpyAsync", "Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 7),
 ]  # fmt: skip
 

@@ -62,8 +62,9 @@ def run_child(args: list[str], *, timeout: float) -> dict[str, Any]:
             pytrace=False,
         )
     if "error" in result:
-        pytest.fail(f"{' '.join(args[:5])} failed:\n{result['error']}\n--- stderr ---\n{_tail(proc.stderr, 3000)}",
-                    pytrace=False)  # fmt: skip
+        stderr = _tail(proc.stderr, 3000)
+        command = " ".join(args[:5])
+        pytest.fail(f"{command} failed:\n{result['error']}\n--- stderr ---\n{stderr}", pytrace=False)
     result["stderr_tail"] = _tail(proc.stderr, 2000)
     return result
 

@@ -398,7 +398,8 @@ def format_results(lines: Iterable[str]) -> list[str]:
             ratio = r["overhead_ratio"]
             out.append(
                 f"{r['workload']}: CUDA rows torch {r['device_rows']['torch']} / polyprof "
-                f"{r['device_rows']['polyprof']} ({r['distinct_device_rows']} names, streams {r['streams']}); "
+                f"{r['device_rows']['polyprof']} ({r['distinct_device_rows']} names, "
+                f"streams {r['streams']}); "
                 f"max Self CUDA deviation {_num(r['max_self_cuda_dev_pct'])}% "
                 f"(all keys {_num(r['max_self_cuda_dev_pct_all_keys'])}%, "
                 f"torch's own spread {_num(r['torch_self_cuda_spread_pct'])}%); "
@@ -417,7 +418,8 @@ def format_results(lines: Iterable[str]) -> list[str]:
             out.append(f"HTA {r.get('workload')}: " + "; ".join(parts))
         elif kind == "soak":
             out.append(
-                f"soak: {r.get('steps')} steps, {r.get('traces')} traces in {_num(r.get('seconds', 0), 0)} s, "
+                f"soak: {r.get('steps')} steps, {r.get('traces')} traces in "
+                f"{_num(r.get('seconds', 0), 0)} s, "
                 f"{len(r.get('empty_traces', []))} without CUDA rows, CUDA rows per trace "
                 f"{r.get('device_rows_min')}..{r.get('device_rows_max')}, max RSS "
                 f"{_num(r.get('max_rss_mb_start', 0), 0)} -> {_num(r.get('max_rss_mb_end', 0), 0)} MB"

@@ -151,7 +151,8 @@ def test_overhead_no_worse_than_torch(compared):
     summary = compared["summary"]
     ratio, limit = summary["overhead_ratio"], summary["overhead_limit"]
     assert ratio["polyprof"] <= limit, (
-        f"profiled/unprofiled loop time: polyprof {ratio['polyprof']:.3f}, torch.profiler {ratio['torch']:.3f} "
+        f"profiled/unprofiled loop time: polyprof {ratio['polyprof']:.3f}, "
+        f"torch.profiler {ratio['torch']:.3f} "
         f"(limit {OVERHEAD_FACTOR} x torch + {OVERHEAD_EPSILON} = {limit:.3f}); loop medians in ms: "
         f"{summary['loop_ms_median']}"
     )

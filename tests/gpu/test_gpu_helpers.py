@@ -60,7 +60,12 @@ def _avg(key: str, count: int, self_dev: float, dev: float, device=CPU, annotati
 
 def test_summarize_profile_splits_device_rows_from_ops():
     prof = SimpleNamespace(
-        events=lambda: [_event("aten::mm", CPU), _event("sgemm"), _event("sgemm"), _event("Memcpy DtoH (Device -> Pinned)")],
+        events=lambda: [
+            _event("aten::mm", CPU),
+            _event("sgemm"),
+            _event("sgemm"),
+            _event("Memcpy DtoH (Device -> Pinned)"),
+        ],
         key_averages=lambda: [
             _avg("aten::mm", 2, 20.0, 20.0),
             _avg("aten::item", 1, 0.0, 1.5),
@@ -205,8 +210,8 @@ def synthetic_kineto_trace(
         ("aten::copy_", "Memcpy DtoH (Device -> Pinned)", streams[0]),
     ]
     for step in range(steps):
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
-                       "ts": t, "dur": 380, "args": {"External id": 1000 + step}})  # fmt: skip
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1,
+                       "tid": 1, "ts": t, "dur": 380, "args": {"External id": 1000 + step}})  # fmt: skip
         events.append({"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{step}", "pid": 0,
                        "tid": streams[0], "ts": t + 20, "dur": 300})  # fmt: skip
         for i, (op, name, stream) in enumerate(launches):
@@ -215,7 +220,8 @@ def synthetic_kineto_trace(
             copy = name.startswith("Memcpy")
             events.append({"ph": "X", "cat": "cpu_op", "name": op, "pid": 1, "tid": 1, "ts": start, "dur": 40,
                            "args": {"External id": corr}})  # fmt: skip
-            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync" if copy else "cudaLaunchKernel",
+            runtime = "cudaMemcpyAsync" if copy else "cudaLaunchKernel"
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": runtime,
                            "pid": 1, "tid": 1, "ts": start + 5, "dur": 10,
                            "args": {"External id": corr, "correlation": corr}})  # fmt: skip
             args = {"External id": corr, "device": 0, "correlation": corr}
@@ -301,8 +307,9 @@ def _child_run(profiler: str, overhead: tuple[list[float], list[float]], summari
 
 
 def test_summarize_comparison_on_synthetic_children():
-    summary = {"device_rows": {"k": 5}, "device_averages": {"k": 5}, "self_device": {"aten::mm": 50.0, "k": 50.0},
-               "device_total": {}, "device_keys": ["k"], "op_counts": {"aten::mm": 5}}  # fmt: skip
+    summary = {"device_rows": {"k": 5}, "device_averages": {"k": 5},
+               "self_device": {"aten::mm": 50.0, "k": 50.0}, "device_total": {}, "device_keys": ["k"],
+               "op_counts": {"aten::mm": 5}}  # fmt: skip
     slower = {**summary, "self_device": {"aten::mm": 50.5, "k": 50.5}}
     runs = {
         "torch": _child_run("torch", ([1.0, 1.0, 1.0], [1.2, 1.3, 1.2]), [summary, summary, summary]),
@@ -328,7 +335,8 @@ def test_format_results_digests_every_record(tmp_path):
     gc.write_result(gc.summarize_comparison("eager", runs), target)
     gc.write_result({"record": "workload", "workload": "compiled", "skipped": "no Triton"}, target)
     gc.write_result({"record": "hta", "workload": "eager", "torch": {"error": "KeyError: x"},
-                     "polyprof": {"kernel_types_us": {"COMPUTATION": 1.0}, "idle_streams": [7]}}, target)  # fmt: skip
+                     "polyprof": {"kernel_types_us": {"COMPUTATION": 1.0}, "idle_streams": [7]}},
+                    target)  # fmt: skip
     gc.write_result({"record": "soak", "steps": 600, "traces": 100, "seconds": 300.2, "empty_traces": [],
                      "device_rows_min": 90, "device_rows_max": 90}, target)  # fmt: skip
     gc.write_result({"record": "coexist", "device_rows": [1, 1]}, target)

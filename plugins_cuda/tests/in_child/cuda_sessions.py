@@ -26,7 +26,9 @@ def test_a_session_in_kineto_mode_asks_torchs_collector_for_cuda() -> None:
     from polyprof_cuda import plugin
 
     pm = make_plugin_manager_for_tests(("cuda", plugin), builtins=True)
-    with polyprof.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], plugin_manager=pm) as prof:
+    with polyprof.profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], plugin_manager=pm
+    ) as prof:
         torch.ones(4).add(1)
     assert prof.trace.config.torch_activities == frozenset({"CUDA"})
     assert "aten::add" in prof.trace.events.values("name")

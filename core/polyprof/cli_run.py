@@ -544,8 +544,8 @@ def stepping_aside_for_script_profilers(whole: WholeScriptProfile) -> Iterator[N
 
 def _check_output_options(pm: Any, options: RunOptions) -> tuple[frozenset[ProfilerActivity], Any]:
     """Resolve the activities and the exporter before the script runs (errors name the choices)."""
+    from polyprof.activity_resolution import resolve_activities
     from polyprof.config import ProfileConfig
-    from polyprof.session import resolve_activities
 
     activities = resolve_activities(pm, options.activities)
     config = ProfileConfig(

@@ -22,345 +22,78 @@ done per plugin), and each plugin's own ``polyprof_capabilities`` says what it
 provides and whether it can run here.
 
 Nothing here runs at import time: no global manager exists.
+
+The manager's parts that have a job of their own live in their own modules,
+and their public names are importable from here too: which entry points load
+(``polyprof.plugin_discovery``), each plugin's record (``polyprof.plugin_info``),
+calling a hook plugin by plugin with failures isolated
+(``polyprof.plugin_calls``) and which plugin provides an activity
+(``polyprof.activity_resolution``).
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib.metadata
 import os
-import re
 import threading
-import traceback
 import types
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import pluggy
 
-from polyprof import hookspecs
+from polyprof import activity_resolution, hookspecs
 from polyprof._log import get_logger
-from polyprof.activity import DISTRIBUTION_FOR_ACTIVITY, ProfilerActivity, coerce_activity
+from polyprof.activity import ProfilerActivity, coerce_activity
 from polyprof.components import Aggregator, Capabilities, Exporter, Subscriber, Tracer, check_component
-from polyprof.errors import ActivityUnavailableError, PluginUnavailable, PolyprofError, PolyprofWarning
-from polyprof.torch_result import TORCH_COLLECTOR_ACTIVITY_NAMES
+from polyprof.errors import PluginUnavailable, PolyprofError, PolyprofWarning
+from polyprof.plugin_calls import (
+    HookCalls,
+    HookFailure,
+    PluginCallError,
+    PluginFailureWarning,
+    add_note,
+    describe_exception,
+    format_traceback,
+    short_repr,
+)
+from polyprof.plugin_discovery import (
+    ALLOW_LIST_ENV,
+    BUILTIN_PLUGINS,
+    CORE_DISTRIBUTION,
+    DISABLE_AUTOLOAD_ENV,
+    ENTRY_POINT_GROUP,
+    EntryPointCandidate,
+    PluginSelectionError,
+    builtin_entry_point,
+    canonical_name,
+    discover_entry_points,
+    env_flag,
+    parse_allow_list,
+    plan_third_party,
+    resolve_allow_list,
+)
+from polyprof.plugin_info import PLUGIN_STATUSES, PluginInfo, PluginStatus
 
 if TYPE_CHECKING:
     from polyprof.config import ProfileConfig
 
 log = get_logger(__name__)
 
-#: The one entry-point group; each entry point names a plugin module.
-ENTRY_POINT_GROUP: Final = "polyprof"
-#: The distribution whose entry points are the built-in plugins.
-CORE_DISTRIBUTION: Final = "polyprof"
-#: Built-in plugins: entry-point name -> module. Must match pyproject.toml's
-#: ``[project.entry-points.polyprof]`` (a test checks). Used directly when
-#: autoload is off or the core's metadata is missing (running from a checkout).
-BUILTIN_PLUGINS: Final[Mapping[str, str]] = types.MappingProxyType(
-    {
-        "torch_cpu": "polyprof_builtins.torch_cpu",
-        "key_averages": "polyprof_builtins.key_averages",
-        "chrome_trace": "polyprof_builtins.chrome_trace",
-        "stacks": "polyprof_builtins.stacks",
-        "itt_export": "polyprof_builtins.itt_export",
-    }
-)
-
-#: Set to 1 to stop loading third-party plugins from entry points.
-DISABLE_AUTOLOAD_ENV: Final = "POLYPROF_DISABLE_PLUGIN_AUTOLOAD"
-#: Comma-separated third-party plugins to load: ``NAME`` (entry point), ``DIST`` (distribution) or
-#: ``DIST:NAME``. Set but blank: no third-party plugin.
-ALLOW_LIST_ENV: Final = "POLYPROF_PLUGINS"
 #: Set to 1 to log every hook call and result (pluggy hook-call monitoring).
 TRACE_ENV: Final = "POLYPROF_TRACE_PLUGINS"
-
-PluginStatus = Literal["loaded", "failed", "unavailable", "blocked"]
-PLUGIN_STATUSES: Final[tuple[str, ...]] = ("loaded", "failed", "unavailable", "blocked")
-
-_TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
-_FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
 
 
 class UnknownExporterError(PolyprofError, ValueError):
     """No loaded plugin offers an exporter of the requested name."""
 
 
-class PluginCallError(PolyprofError):
-    """A plugin broke the contract of a hook (duplicate tracers and the like)."""
-
-
-class PluginSelectionError(PolyprofError, ValueError):
-    """The allow-list cannot be resolved safely: a malformed entry, or a name of several distributions."""
-
-
-class PluginFailureWarning(PolyprofWarning):
-    """A plugin failed in a hook or a component; the recording goes on without that part of it."""
-
-
-@attrs.frozen
-class HookFailure:
-    """A plugin's hook implementation that raised (or broke the hook's contract) and was skipped."""
-
-    plugin: str
-    hook: str
-    #: ``"<ExceptionType>: <message>"``.
-    error: str
-    #: The plugin, its distribution and version, as the user knows it.
-    label: str
-    traceback: str | None = None
-
-    @property
-    def message(self) -> str:
-        return f"polyprof: skipped {self.label} in {self.hook}: {self.error}; profiling goes on without it"
-
-
-@attrs.frozen
-class PluginInfo:
-    """What the registry knows about one plugin; shown by ``polyprof plugins``."""
-
-    #: Entry-point name (or the name an in-code plugin was registered under).
-    name: str
-    #: The module (entry-point value) or class that implements the plugin.
-    module: str
-    #: Distribution that installed it; None for plugins registered in code.
-    distribution: str | None
-    version: str | None
-    #: One of ``PLUGIN_STATUSES``.
-    status: PluginStatus = attrs.field(validator=attrs.validators.in_(PLUGIN_STATUSES))
-    #: Why it is not loaded (None when loaded).
-    reason: str | None = None
-    #: Formatted traceback of the failure, when one was caught.
-    traceback: str | None = None
-    #: What it provides; None when it never got far enough to say.
-    capabilities: Capabilities | None = None
-    #: Hook names it implements (empty unless it was registered).
-    hooks: tuple[str, ...] = ()
-    #: Part of the ``polyprof`` distribution itself (always loaded).
-    builtin: bool = False
-    #: Other distributions that declare the same entry-point name (a conflict: it fails closed).
-    conflicts_with: tuple[str, ...] = ()
-
-    @property
-    def loaded(self) -> bool:
-        return self.status == "loaded"
-
-    @property
-    def display_status(self) -> str:
-        """``loaded`` (with the plugin's mode, if it says one), or the status and its reason on one line."""
-        if self.status == "loaded":
-            mode = self.capabilities.mode if self.capabilities is not None else None
-            return f"loaded, {mode}" if mode else "loaded"
-        if not self.reason:
-            return self.status
-        return f"{self.status}: {' '.join(self.reason.split())}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (``polyprof plugins --json``)."""
-        caps = self.capabilities
-        return {
-            "name": self.name,
-            "module": self.module,
-            "distribution": self.distribution,
-            "version": self.version,
-            "builtin": self.builtin,
-            "status": self.status,
-            "reason": self.reason,
-            "display_status": self.display_status,
-            "traceback": self.traceback,
-            "capabilities": None
-            if caps is None
-            else {
-                "activities": sorted(a.name for a in caps.activities),
-                "exporters": list(caps.exporters),
-                "aggregators": list(caps.aggregators),
-                "unavailable_reason": caps.unavailable_reason,
-                "mode": caps.mode,
-            },
-            "hooks": list(self.hooks),
-            "conflicts_with": list(self.conflicts_with),
-        }
-
-
-@attrs.frozen
-class EntryPointCandidate:
-    """One entry point of the ``polyprof`` group, before it is loaded."""
-
-    name: str
-    #: ``module`` or ``module:attribute``.
-    value: str
-    distribution: str | None
-    version: str | None
-    #: Anything with ``load()`` (an ``importlib.metadata.EntryPoint``).
-    entry_point: Any = attrs.field(eq=False, repr=False)
-
-    @property
-    def builtin(self) -> bool:
-        return self.distribution is not None and canonical_name(self.distribution) == CORE_DISTRIBUTION
-
-
-def canonical_name(name: str) -> str:
-    """Distribution names compare like pip compares them (PEP 503)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def env_flag(var: str, environ: Mapping[str, str] | None = None) -> bool:
-    """Read a boolean environment variable (1/true/yes/on or 0/false/no/off)."""
-    raw = (os.environ if environ is None else environ).get(var, "")
-    value = raw.strip().lower()
-    if value in _TRUE_WORDS:
-        return True
-    if value in _FALSE_WORDS:
-        return False
-    warnings.warn(
-        f"{var}={raw!r} is not a recognised boolean; use one of 1, true, yes, on, 0, false, no, off. "
-        "Treating it as set.",
-        PolyprofWarning,
-        stacklevel=3,
-    )
-    return True
-
-
-def parse_allow_list(value: str | Iterable[str] | None) -> frozenset[str] | None:
-    """``"a, b"`` or ``["a", "b"]`` -> ``{"a", "b"}``; None -> None (no allow-list).
-
-    A blank string is an empty allow-list: no third-party plugin loads. An
-    allow-list that was set fails closed, however it was emptied.
-    """
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = value.split(",")
-    names = frozenset(name.strip() for name in value if name and name.strip())
-    return names
-
-
-def _spelled(candidate: EntryPointCandidate) -> str:
-    """How the allow-list names exactly this entry point."""
-    return f"{candidate.distribution}:{candidate.name}"
-
-
-def _dist_key(candidate: EntryPointCandidate) -> str:
-    return canonical_name(candidate.distribution or "")
-
-
-def resolve_allow_list(
-    allowed: frozenset[str],
-    third_party: Sequence[EntryPointCandidate],
-    builtin_names: Iterable[str] = BUILTIN_PLUGINS,
-    source: str = ALLOW_LIST_ENV,
-) -> tuple[set[EntryPointCandidate], list[str]]:
-    """The third-party entry points ``allowed`` selects, and its entries that match nothing.
-
-    An entry is ``NAME`` (an entry-point name), ``DIST`` (every entry point of
-    that distribution) or ``DIST:NAME``. A bare word that several
-    distributions answer to is refused, as is a selection that puts two
-    plugins under one entry-point name: a squatting distribution must never
-    be picked by accident. Built-in names are always allowed (and never a
-    third party's).
-
-    :raises PluginSelectionError: naming the entry and the candidates.
-    """
-    builtin_names = set(builtin_names)
-    selected: set[EntryPointCandidate] = set()
-    unknown: list[str] = []
-    for entry in sorted(allowed):
-        if ":" in entry:
-            dist, _, name = (part.strip() for part in entry.partition(":"))
-            if not dist or not name:
-                raise PluginSelectionError(
-                    f"{source} entry {entry!r} is malformed; write NAME, DIST or DIST:NAME "
-                    "(e.g. polyprof-cuda:cuda)"
-                )
-            matches = [c for c in third_party if _dist_key(c) == canonical_name(dist) and c.name == name]
-            if not matches and not (canonical_name(dist) == CORE_DISTRIBUTION and name in builtin_names):
-                unknown.append(entry)
-            selected.update(matches)
-            continue
-        if entry in builtin_names:
-            continue  # built-ins always load; a third party cannot take their names
-        matches = [c for c in third_party if c.name == entry or _dist_key(c) == canonical_name(entry)]
-        if not matches:
-            unknown.append(entry)
-            continue
-        if len({_dist_key(c) for c in matches}) > 1:
-            choices = ", ".join(sorted(_spelled(c) for c in matches))
-            raise PluginSelectionError(
-                f"{source} entry {entry!r} is ambiguous: it matches plugins of several distributions "
-                f"({choices}); name the one to load as DIST:NAME"
-            )
-        selected.update(matches)
-    by_name: dict[str, list[EntryPointCandidate]] = {}
-    for candidate in selected:
-        by_name.setdefault(candidate.name, []).append(candidate)
-    for name, same in sorted(by_name.items()):
-        if len(same) > 1:
-            choices = ", ".join(sorted(_spelled(c) for c in same))
-            raise PluginSelectionError(
-                f"{source} selects {len(same)} plugins with the entry-point name {name!r} ({choices}); "
-                "only one can load under a name: keep one"
-            )
-    return selected, unknown
-
-
-def discover_entry_points(group: str = ENTRY_POINT_GROUP) -> list[EntryPointCandidate]:
-    """Every entry point of ``group`` across installed distributions.
-
-    A distribution found twice on ``sys.path`` (an ``.egg-info`` in the working
-    directory next to the installed ``.dist-info``) counts once: the first, as
-    Python's import system would pick it. Unreadable metadata is logged and
-    skipped.
-    """
-    seen: set[str] = set()
-    found: list[EntryPointCandidate] = []
-    for dist in importlib.metadata.distributions():
-        try:
-            dist_name = dist.metadata["Name"] or getattr(dist, "name", None)
-            if not dist_name:
-                continue
-            key = canonical_name(dist_name)
-            if key in seen:
-                continue
-            seen.add(key)
-            eps = [ep for ep in dist.entry_points if ep.group == group]
-            version = dist.version
-        except Exception as exc:  # broken metadata must not stop discovery
-            log.warning("distribution_metadata_unreadable", error=f"{type(exc).__name__}: {exc}")
-            continue
-        for ep in eps:
-            found.append(EntryPointCandidate(ep.name, ep.value, dist_name, version, ep))
-    return found
-
-
-def _builtin_entry_point(name: str, module: str) -> importlib.metadata.EntryPoint:
-    return importlib.metadata.EntryPoint(name=name, value=module, group=ENTRY_POINT_GROUP)
-
-
 def _core_version() -> str:
     from polyprof import __version__
 
     return __version__
-
-
-def _describe_exception(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _format_traceback(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-
-
-def _note(exc: BaseException, text: str) -> None:
-    if hasattr(exc, "add_note"):  # Python >= 3.11
-        exc.add_note(text)
-
-
-def _short_repr(value: Any, limit: int = 200) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _default_plugin_name(plugin: object) -> str:
@@ -397,7 +130,7 @@ class PolyprofPluginManager(pluggy.PluginManager):
         self._lock = threading.RLock()
         self._exporters_made: list[Exporter] = []
         self._undo_monitoring: Callable[[], None] | None = None
-        self._hook_failures: list[HookFailure] = []
+        self._calls = HookCalls(self, self)
         # Which plugin made each component (held, so an id is never reused while recorded).
         self._component_plugins: dict[int, tuple[object, str]] = {}
 
@@ -435,28 +168,22 @@ class PolyprofPluginManager(pluggy.PluginManager):
 
     def hook_failures(self) -> tuple[HookFailure, ...]:
         """Hook implementations that failed and were skipped (``isolate_errors``), oldest first."""
-        with self._lock:
-            return tuple(self._hook_failures)
+        return self._calls.failures()
 
     def _hook_failed(self, plugin: str, hook: str, exc: BaseException) -> None:
-        failure = HookFailure(
-            plugin=plugin,
-            hook=hook,
-            error=_describe_exception(exc),
-            label=self.describe_plugin(plugin),
-            traceback=_format_traceback(exc),
-        )
+        self._calls.record_failure(plugin, hook, exc)
+
+    def distribution_of(self, name: str) -> str | None:
+        """The distribution that installed plugin ``name`` (None: registered in code, or unknown)."""
         with self._lock:
-            self._hook_failures.append(failure)
-            distribution = self._infos[plugin].distribution if plugin in self._infos else None
-        log.warning(
-            "plugin_hook_failed",
-            plugin=plugin,
-            distribution=distribution,
-            hook=hook,
-            error=failure.error,
-            exc_info=exc,
-        )
+            info = self._infos.get(name)
+        return info.distribution if info is not None else None
+
+    def mark_unavailable(self, name: str, reason: str) -> None:
+        """Record that plugin ``name`` said, in a hook, that it cannot run here."""
+        with self._lock:
+            if name in self._infos:
+                self._set_status(name, "unavailable", reason)
 
     def _record(self, info: PluginInfo) -> PluginInfo:
         with self._lock:
@@ -517,17 +244,17 @@ class PolyprofPluginManager(pluggy.PluginManager):
                 reason=str(exc),
             )
             return self._record(attrs.evolve(base, status="unavailable", reason=str(exc) or "unavailable"))
-        except Exception as exc:
-            tb = _format_traceback(exc)
+        except Exception as exc:  # noqa: BLE001 - a plugin that fails to import is reported and skipped
+            tb = format_traceback(exc)
             log.warning(
                 "plugin_load_failed",
                 plugin=candidate.name,
                 distribution=candidate.distribution,
                 module=candidate.value,
-                error=_describe_exception(exc),
+                error=describe_exception(exc),
             )
             return self._record(
-                attrs.evolve(base, status="failed", reason=_describe_exception(exc), traceback=tb)
+                attrs.evolve(base, status="failed", reason=describe_exception(exc), traceback=tb)
             )
         return self._register_guarded(plugin, base)
 
@@ -557,12 +284,12 @@ class PolyprofPluginManager(pluggy.PluginManager):
             self._forget(base.name)
             log.info("plugin_unavailable", plugin=base.name, reason=str(exc))
             return self._record(attrs.evolve(base, status="unavailable", reason=str(exc) or "unavailable"))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a plugin that fails to register is reported and skipped
             self._forget(base.name)
-            log.warning("plugin_register_failed", plugin=base.name, error=_describe_exception(exc))
+            log.warning("plugin_register_failed", plugin=base.name, error=describe_exception(exc))
             return self._record(
                 attrs.evolve(
-                    base, status="failed", reason=_describe_exception(exc), traceback=_format_traceback(exc)
+                    base, status="failed", reason=describe_exception(exc), traceback=format_traceback(exc)
                 )
             )
         hooks = tuple(sorted(caller.name for caller in self.get_hookcallers(plugin) or ()))
@@ -573,8 +300,8 @@ class PolyprofPluginManager(pluggy.PluginManager):
         try:
             if self.get_plugin(name) is not None:
                 self.unregister(name=name)
-        except Exception as exc:  # a half-registered plugin must not stop the others
-            log.warning("plugin_unregister_failed", plugin=name, error=_describe_exception(exc))
+        except Exception as exc:  # noqa: BLE001 - a half-registered plugin must not stop the others
+            log.warning("plugin_unregister_failed", plugin=name, error=describe_exception(exc))
 
     def finish_loading(self) -> None:
         """Fail plugins with unknown hooks, then read every plugin's capabilities."""
@@ -627,14 +354,14 @@ class PolyprofPluginManager(pluggy.PluginManager):
                     name, "unavailable", reason, capabilities=Capabilities(unavailable_reason=reason)
                 )
                 return
-            except Exception as exc:
-                log.warning("plugin_capabilities_failed", plugin=name, error=_describe_exception(exc))
+            except Exception as exc:  # noqa: BLE001 - a plugin whose capabilities fail is reported and skipped
+                log.warning("plugin_capabilities_failed", plugin=name, error=describe_exception(exc))
                 self._forget(name)
                 self._set_status(
                     name,
                     "failed",
-                    f"polyprof_capabilities raised {_describe_exception(exc)}",
-                    _format_traceback(exc),
+                    f"polyprof_capabilities raised {describe_exception(exc)}",
+                    format_traceback(exc),
                 )
                 return
             if result is None:
@@ -644,7 +371,7 @@ class PolyprofPluginManager(pluggy.PluginManager):
                 self._set_status(
                     name,
                     "failed",
-                    f"polyprof_capabilities returned {_short_repr(result)}, which is not a Capabilities",
+                    f"polyprof_capabilities returned {short_repr(result)}, which is not a Capabilities",
                 )
                 return
             try:
@@ -673,16 +400,16 @@ class PolyprofPluginManager(pluggy.PluginManager):
                 "hook_call",
                 hook=hook_name,
                 plugins=[i.plugin_name for i in impls],
-                kwargs={k: _short_repr(v) for k, v in kwargs.items()},
+                kwargs={k: short_repr(v) for k, v in kwargs.items()},
             )
 
         def after(
             outcome: pluggy.Result[Any], hook_name: str, impls: Sequence[pluggy.HookImpl], kwargs: Any
         ) -> None:
             if outcome.exception is not None:
-                log.info("hook_error", hook=hook_name, error=_describe_exception(outcome.exception))
+                log.info("hook_error", hook=hook_name, error=describe_exception(outcome.exception))
             else:
-                log.info("hook_result", hook=hook_name, result=_short_repr(outcome.get_result()))
+                log.info("hook_result", hook=hook_name, result=short_repr(outcome.get_result()))
 
         undo = self.add_hookcall_monitoring(before, after)
         self._undo_monitoring = undo
@@ -710,38 +437,7 @@ class PolyprofPluginManager(pluggy.PluginManager):
         isolate_errors: bool = False,
         only: pluggy.HookImpl | None = None,
     ) -> Iterator[tuple[str, Any]]:
-        caller = getattr(self.hook, hook_name, None)
-        if caller is None or not caller.has_spec():
-            known = sorted(n for n, c in vars(self.hook).items() if not n.startswith("_") and c.has_spec())
-            raise ValueError(f"no hook named {hook_name!r}; known hooks: {', '.join(known)}")
-        spec = caller.spec
-        firstresult = bool(spec.opts.get("firstresult")) if spec is not None else False
-        call_kwargs = {**(spec.kwargdefaults if spec is not None else {}), **kwargs}
-        impls = caller.get_hookimpls()
-        wrappers = [i for i in impls if i.wrapper or i.hookwrapper]
-        for impl in reversed([i for i in impls if not (i.wrapper or i.hookwrapper)]):
-            if only is not None and impl is not only:
-                continue
-            try:
-                outcome = self._hookexec(hook_name, [impl, *wrappers], call_kwargs, firstresult)
-            except PluginUnavailable as exc:
-                reason = str(exc) or "unavailable"
-                log.info("plugin_unavailable", plugin=impl.plugin_name, hook=hook_name, reason=reason)
-                if impl.plugin_name in self._infos:
-                    self._set_status(impl.plugin_name, "unavailable", reason)
-                continue
-            except Exception as exc:
-                if not isolate_errors:
-                    _note(exc, f"raised by polyprof plugin {impl.plugin_name!r} in {hook_name}")
-                    raise
-                self._hook_failed(impl.plugin_name, hook_name, exc)
-                continue
-            results = [outcome] if firstresult else list(outcome)  # type: ignore[arg-type]
-            for result in results:
-                if result is not None:
-                    yield impl.plugin_name, result
-                    if firstresult:
-                        return
+        return self._calls.each(hook_name, kwargs, isolate_errors=isolate_errors, only=only)
 
     def _components(
         self, hook_name: str, kind: type, config: ProfileConfig, *, isolate_errors: bool = False
@@ -766,14 +462,14 @@ class PolyprofPluginManager(pluggy.PluginManager):
         ):
             raise TypeError(
                 f"plugin {plugin!r}: {hook_name} must return a list of {kind.__name__} objects "
-                f"(or None), not {_short_repr(result)}"
+                f"(or None), not {short_repr(result)}"
             )
         components = list(result)
         for component in components:
             try:
                 check_component(component, kind, plugin)
             except TypeError as exc:
-                _note(exc, f"returned from {hook_name}")
+                add_note(exc, f"returned from {hook_name}")
                 raise
         self._remember_origin(plugin, components)
         return components
@@ -787,68 +483,19 @@ class PolyprofPluginManager(pluggy.PluginManager):
 
     def provider_of(self, activity: Any) -> PluginInfo | None:
         """The loaded plugin that provides ``activity`` (the last registered wins), or None."""
-        activity = coerce_activity(activity)
-        for info in reversed(self.plugin_infos()):
-            if info.loaded and info.capabilities is not None and activity in info.capabilities.activities:
-                return info
-        return None
+        return activity_resolution.provider_of(self.plugin_infos(), activity)
 
     def supported_activities(self) -> frozenset[ProfilerActivity]:
         """Activities that some loaded plugin can record here."""
-        return frozenset(
-            act
-            for info in self.plugin_infos()
-            if info.loaded and info.capabilities
-            for act in info.capabilities.activities
-        )
+        return activity_resolution.supported_activities(self.plugin_infos())
 
     def check_activities(self, activities: Iterable[Any]) -> dict[ProfilerActivity, PluginInfo]:
         """Map each activity to its provider, or raise ``ActivityUnavailableError`` saying what to do."""
-        providers: dict[ProfilerActivity, PluginInfo] = {}
-        problems = []
-        for value in activities:
-            activity = coerce_activity(value)
-            info = self.provider_of(activity)
-            if info is None:
-                problems.append(self.explain_missing_activity(activity))
-            else:
-                providers[activity] = info
-        if problems:
-            raise ActivityUnavailableError("; ".join(problems))
-        return providers
+        return activity_resolution.check_activities(self.plugin_infos(), activities)
 
     def explain_missing_activity(self, activity: ProfilerActivity) -> str:
         """Why no loaded plugin records ``activity``, and what the user can do."""
-        label = f"ProfilerActivity.{activity.name}"
-        dist = DISTRIBUTION_FOR_ACTIVITY.get(activity)
-        # A plugin that declared the activity, or comes from the distribution that should, but is not loaded.
-        for info in reversed(self.plugin_infos()):
-            declares = info.capabilities is not None and activity in info.capabilities.activities
-            from_dist = (
-                dist is not None
-                and info.distribution is not None
-                and canonical_name(info.distribution) == dist
-            )
-            if not info.loaded and (declares or from_dist):
-                origin = (
-                    f"the {info.distribution} plugin {info.name!r}"
-                    if info.distribution
-                    else f"plugin {info.name!r}"
-                )
-                what = {
-                    "failed": "is installed but failed to load",
-                    "unavailable": "is installed but unavailable here",
-                    "blocked": "is installed but blocked",
-                }[info.status]
-                detail = f": {info.reason}" if info.reason else ""
-                return f"{label} comes from {origin}, which {what}{detail}"
-        if dist is not None:
-            return f"{label} needs the {dist} plugin: pip install {dist}"
-        offered = sorted(a.name for a in self.supported_activities())
-        return (
-            f"{label}: no installed polyprof plugin provides it; "
-            f"activities available here: {', '.join(offered) or 'none'} (see `polyprof plugins`)"
-        )
+        return activity_resolution.explain_missing_activity(self.plugin_infos(), activity)
 
     # ------------------------------------------------------------ components
 
@@ -889,22 +536,9 @@ class PolyprofPluginManager(pluggy.PluginManager):
             tracers.append(tracer)
         if require_all:
             failed = {f.plugin for f in self.hook_failures()[failures_before:]}
-            missing = sorted(set(map(coerce_activity, config.activities)) - set(by_activity))
-            if missing:
-                problems = []
-                for activity in missing:
-                    info = self.provider_of(activity)
-                    if info is not None and info.name in failed:
-                        continue  # recorded as a hook failure; the caller goes on without it
-                    if info is None:
-                        problems.append(self.explain_missing_activity(activity))
-                    else:
-                        problems.append(
-                            f"ProfilerActivity.{activity.name}: plugin {info.name!r} declares it but "
-                            "returned no tracer for it"
-                        )
-                if problems:
-                    raise ActivityUnavailableError("; ".join(problems))
+            activity_resolution.check_tracers_cover(
+                self.plugin_infos(), config.activities, by_activity, failed
+            )
         return tracers
 
     def torch_collector_activities(
@@ -922,28 +556,12 @@ class PolyprofPluginManager(pluggy.PluginManager):
         names: set[str] = set()
         for plugin, answer in self._iter_each(hook, {"config": config}, isolate_errors=isolate_errors):
             try:
-                names.update(self._checked_collector_answer(plugin, answer))
+                names.update(activity_resolution.check_collector_answer(plugin, answer))
             except PluginCallError as exc:
                 if not isolate_errors:
                     raise
                 self._hook_failed(plugin, hook, exc)
         return frozenset(names)
-
-    @staticmethod
-    def _checked_collector_answer(plugin: str, answer: Any) -> list[str]:
-        names = None if isinstance(answer, str | bytes) or not isinstance(answer, Iterable) else list(answer)
-        if names is None or not all(isinstance(n, str) for n in names):
-            raise PluginCallError(
-                f"plugin {plugin!r} answered polyprof_torch_collector_activities with {answer!r}; "
-                "expected names of torch.profiler.ProfilerActivity members, e.g. ['CUDA']"
-            )
-        unknown = sorted(set(names) - set(TORCH_COLLECTOR_ACTIVITY_NAMES))
-        if unknown:
-            raise PluginCallError(
-                f"plugin {plugin!r} asked torch's collector for {', '.join(unknown)}; valid: "
-                f"{', '.join(TORCH_COLLECTOR_ACTIVITY_NAMES)}"
-            )
-        return names
 
     def make_subscribers(self, config: ProfileConfig, *, isolate_errors: bool = False) -> list[Subscriber]:
         """Subscribers from every plugin, in pluggy's call order (``isolate_errors``: as ``make_tracers``)."""
@@ -1005,7 +623,7 @@ class PolyprofPluginManager(pluggy.PluginManager):
                 try:
                     check_component(exporter, Exporter, plugin)
                 except TypeError as exc:
-                    _note(exc, f"returned from polyprof_make_exporter(name={name!r})")
+                    add_note(exc, f"returned from polyprof_make_exporter(name={name!r})")
                     if not isolate_errors:
                         raise
                     self._hook_failed(plugin, hook, exc)
@@ -1034,11 +652,11 @@ class PolyprofPluginManager(pluggy.PluginManager):
         for exporter in exporters:
             try:
                 exporter.shutdown()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - one exporter's shutdown failure must not stop the others
                 log.warning(
                     "exporter_shutdown_failed",
                     exporter=getattr(exporter, "name", "?"),
-                    error=_describe_exception(exc),
+                    error=describe_exception(exc),
                 )
         if self._undo_monitoring is not None:
             self._undo_monitoring()
@@ -1049,32 +667,6 @@ class PolyprofPluginManager(pluggy.PluginManager):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _conflict_reason(
-    candidate: EntryPointCandidate,
-    rivals: Sequence[str],
-    selected: set[EntryPointCandidate],
-    *,
-    builtin: bool,
-    source: str,
-) -> str | None:
-    """Why ``candidate`` may not load under its entry-point name, or None when it may."""
-    name = candidate.name
-    if builtin:  # built-ins load first and are never replaced
-        return (
-            f"conflict: entry-point name {name!r} belongs to a plugin polyprof always loads; "
-            "a third-party plugin cannot take it (rename the entry point)"
-        )
-    if not rivals or candidate in selected:
-        return None
-    chosen = sorted(c.distribution or "?" for c in selected if c.name == name)
-    if chosen:
-        return f"conflict: entry-point name {name!r} is also declared by {chosen[0]}, which {source} picks"
-    return (
-        f"conflict: entry-point name {name!r} is also declared by {', '.join(rivals)}; none of them loads "
-        f"unless {ALLOW_LIST_ENV} names one as DIST:NAME (e.g. {_spelled(candidate)})"
-    )
 
 
 def make_plugin_manager(
@@ -1125,7 +717,7 @@ def make_plugin_manager(
             candidate = core.get(name) if autoload else None
             if candidate is None:  # autoload off, or no core metadata: load by module path
                 candidate = EntryPointCandidate(
-                    name, module, CORE_DISTRIBUTION, version, _builtin_entry_point(name, module)
+                    name, module, CORE_DISTRIBUTION, version, builtin_entry_point(name, module)
                 )
             pm.load_entry_point(candidate, builtin=True)
 
@@ -1141,47 +733,24 @@ def make_plugin_manager(
             )
             warnings.warn(message, PolyprofWarning, stacklevel=2)
 
-    providers: dict[str, list[EntryPointCandidate]] = {}
-    for candidate in third_party:
-        providers.setdefault(candidate.name, []).append(candidate)
-    builtin_names = {name: info.distribution or CORE_DISTRIBUTION for name, info in pm._infos.items()}
-    for candidate in third_party:
-        named = candidate in selected
-        if candidate.name in builtin_names:
-            rivals = [builtin_names[candidate.name]]
-        else:
-            others = (c for c in providers[candidate.name] if _dist_key(c) != _dist_key(candidate))
-            rivals = sorted({c.distribution or "?" for c in others})
-        conflict = _conflict_reason(
-            candidate, rivals, selected, builtin=candidate.name in builtin_names, source=allow_source
-        )
-        if conflict is not None:
-            log.warning(
-                "plugin_name_conflict",
-                plugin=candidate.name,
-                distribution=candidate.distribution,
-                conflicts_with=rivals,
-            )
-            reason = conflict
-        elif allowed is not None and not named:
-            listed = ", ".join(sorted(allowed))
-            reason = f"not in {allow_source} ({listed})" if listed else f"{allow_source} is empty"
-        elif not autoload and not named:
-            reason = f"autoload is off ({DISABLE_AUTOLOAD_ENV}=1) and it is not named in {ALLOW_LIST_ENV}"
-        else:
+    taken = {info.name: info.distribution or CORE_DISTRIBUTION for info in pm.plugin_infos()}
+    plan = plan_third_party(
+        third_party, taken=taken, allowed=allowed, selected=selected, autoload=autoload, source=allow_source
+    )
+    for decision in plan:
+        candidate = decision.candidate
+        if decision.loads:
             pm.load_entry_point(candidate, builtin=False)
             continue
-        # A blocked rival is listed under its distribution too, so both show in `polyprof plugins`.
-        key = candidate.name if conflict is None else f"{candidate.name} ({candidate.distribution})"
         pm._record(
             PluginInfo(
-                name=key,
+                name=decision.listed_as,
                 module=candidate.value,
                 distribution=candidate.distribution,
                 version=candidate.version,
                 status="blocked",
-                reason=reason,
-                conflicts_with=tuple(rivals) if conflict is not None else (),
+                reason=decision.blocked_reason,
+                conflicts_with=decision.conflicts_with,
             )
         )
 

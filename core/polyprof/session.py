@@ -16,20 +16,21 @@ from typing import Any
 
 import attrs
 
+from polyprof import activity_resolution
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity, coerce_activity
+from polyprof.activity_resolution import resolve_activities  # noqa: F401 - still importable from here
 from polyprof.attribution import link_launches
 from polyprof.bus import EventBus, Sink
 from polyprof.components import Aggregator, Exporter, Subscriber, Tracer
 from polyprof.config import ProfileConfig
-from polyprof.errors import ActivityUnavailableError, PolyprofError
+from polyprof.errors import PolyprofError
 from polyprof.events import EventBatch, concat
 from polyprof.registry import HookFailure, PluginFailureWarning
 from polyprof.trace import Trace
 from polyprof.user_warnings import (
     ActivityUnavailableWarning,  # noqa: F401 - still importable from here
     user_stacklevel,
-    warn_activity_unavailable,
 )
 
 log = get_logger(__name__)
@@ -57,45 +58,6 @@ class TraceCollector(Sink):
         return batches
 
 
-def resolve_activities(pm: Any, requested: frozenset[ProfilerActivity] | None) -> frozenset[ProfilerActivity]:
-    """The activities to record: each must have a plugin; installed-but-unusable ones warn and drop.
-
-    ``None`` means every activity some loaded plugin can record here (torch's
-    ``supported_activities()``).
-    """
-    if requested is None:
-        chosen = frozenset(pm.supported_activities())
-        if not chosen:
-            raise ActivityUnavailableError(
-                "no installed polyprof plugin can record anything here: "
-                + pm.explain_missing_activity(ProfilerActivity.CPU)
-            )
-        return chosen
-    usable = []
-    for act in requested:
-        if pm.provider_of(act) is not None:
-            usable.append(act)
-            continue
-        unusable = _unavailable_provider(pm, act)
-        if unusable is None:
-            raise ActivityUnavailableError(pm.explain_missing_activity(act))
-        warn_activity_unavailable(act, unusable)
-    if not usable:
-        raise ActivityUnavailableError(
-            "No activities left to profile: every requested activity is unavailable here "
-            f"({', '.join(a.name for a in requested)})"
-        )
-    return frozenset(usable)
-
-
-def _unavailable_provider(pm: Any, act: ProfilerActivity) -> str | None:
-    for info in pm.plugin_infos():
-        caps = info.capabilities
-        if info.status == "unavailable" and caps is not None and act in caps.activities:
-            return f"plugin {info.name!r}: {info.reason}"
-    return None
-
-
 def _warn_plugin_failures(failures: Iterable[HookFailure]) -> None:
     """Tell the user, at their line, about each plugin hook that failed and was skipped.
 
@@ -103,25 +65,6 @@ def _warn_plugin_failures(failures: Iterable[HookFailure]) -> None:
     """
     for failure in failures:
         warnings.warn(failure.message, PluginFailureWarning, stacklevel=user_stacklevel())
-
-
-def _drop_activities_without_tracers(
-    config: ProfileConfig, tracers: list[Tracer], failures: Iterable[HookFailure]
-) -> ProfileConfig:
-    """Leave out the activities whose plugin failed to make its tracer (the registry let them through)."""
-    covered = frozenset(coerce_activity(a) for t in tracers for a in t.activities) & config.activities
-    lost = config.activities - covered
-    if not lost:
-        return config
-    hook = "polyprof_make_tracers"
-    culprits = "; ".join(f"{f.label} failed in {hook}: {f.error}" for f in failures if f.hook == hook)
-    for activity in sorted(lost):
-        warn_activity_unavailable(activity, culprits)
-    if not covered:
-        raise ActivityUnavailableError(
-            f"No activities left to profile: the plugins of every requested activity failed ({culprits})"
-        )
-    return attrs.evolve(config, activities=covered)
 
 
 def _connect_torch_result_tracers(tracers: list[Tracer]) -> None:
@@ -177,18 +120,14 @@ class Session:
         owns_pm = plugin_manager is None
         pm = plugin_manager if plugin_manager is not None else make_plugin_manager()
         requested = None if activities is None else frozenset(coerce_activity(a) for a in activities)
-        chosen = resolve_activities(pm, requested)
+        chosen = activity_resolution.resolve_activities(pm, requested)
         config = ProfileConfig(activities=chosen, trace_id=trace_id, **flags)
         # One plugin's broken hook must not cost every profile: it is skipped, logged and warned about.
+        made = activity_resolution.make_tracers(pm, config)
         seen = len(pm.hook_failures())
-        torch_activities = pm.torch_collector_activities(config, isolate_errors=True)
-        if torch_activities:
-            config = attrs.evolve(config, torch_activities=torch_activities)
-        tracers = pm.make_tracers(config, isolate_errors=True)
-        failures = pm.hook_failures()[seen:]
-        seen += len(failures)
-        _warn_plugin_failures(failures)
-        config = _drop_activities_without_tracers(config, tracers, failures)
+        _warn_plugin_failures(made.failures)
+        config = activity_resolution.activities_with_tracers(made)
+        tracers = list(made.tracers)
         _connect_torch_result_tracers(tracers)
         collector = TraceCollector()
         subscribers = [collector, *pm.make_subscribers(config, isolate_errors=True)]

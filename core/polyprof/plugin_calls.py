@@ -1,0 +1,182 @@
+"""Calling a hook one plugin at a time, so that one plugin's failure costs only its own answer.
+
+pluggy calls every implementation of a hook in one go and stops at the first
+exception. ``HookCalls.each`` calls them one by one, in pluggy's order, each
+with the hook's wrappers around it: an exception gets a note naming the
+plugin and is raised, or, with ``isolate_errors``, is logged and recorded as
+a ``HookFailure`` and the next plugin is asked. A plugin that raises
+``PluginUnavailable`` is marked unavailable and skipped either way.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+import attrs
+import pluggy
+
+from polyprof._log import get_logger
+from polyprof.errors import PluginUnavailable, PolyprofError, PolyprofWarning
+
+log = get_logger(__name__)
+
+__all__ = [
+    "HookCalls",
+    "HookFailure",
+    "PluginCallError",
+    "PluginDirectory",
+    "PluginFailureWarning",
+    "add_note",
+    "describe_exception",
+    "format_traceback",
+    "short_repr",
+]
+
+
+class PluginCallError(PolyprofError):
+    """A plugin broke the contract of a hook (duplicate tracers and the like)."""
+
+
+class PluginFailureWarning(PolyprofWarning):
+    """A plugin failed in a hook or a component; the recording goes on without that part of it."""
+
+
+@attrs.frozen
+class HookFailure:
+    """A plugin's hook implementation that raised (or broke the hook's contract) and was skipped."""
+
+    plugin: str
+    hook: str
+    #: ``"<ExceptionType>: <message>"``.
+    error: str
+    #: The plugin, its distribution and version, as the user knows it.
+    label: str
+    traceback: str | None = None
+
+    @property
+    def message(self) -> str:
+        return f"polyprof: skipped {self.label} in {self.hook}: {self.error}; profiling goes on without it"
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"<ExceptionType>: <message>"`` (the type alone when the message is empty)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def format_traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def add_note(exc: BaseException, text: str) -> None:
+    """``exc.add_note(text)`` where Python has it (3.11+)."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(text)
+
+
+def short_repr(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class PluginDirectory(Protocol):
+    """What ``HookCalls`` needs to know of the plugins it calls (the plugin manager answers)."""
+
+    def describe_plugin(self, name: str) -> str:
+        """``plugin 'cuda' (polyprof-cuda 0.3.1)``."""
+        ...
+
+    def distribution_of(self, name: str) -> str | None:
+        """The distribution that installed plugin ``name``, if known."""
+        ...
+
+    def mark_unavailable(self, name: str, reason: str) -> None:
+        """Record that plugin ``name`` said it cannot run here (``PluginUnavailable``)."""
+        ...
+
+
+class HookCalls:
+    """Calls the hooks of one pluggy manager plugin by plugin, and keeps the failures it skipped."""
+
+    def __init__(self, manager: pluggy.PluginManager, directory: PluginDirectory) -> None:
+        self._manager = manager
+        self._directory = directory
+        self._failures: list[HookFailure] = []
+        self._lock = threading.Lock()
+
+    def failures(self) -> tuple[HookFailure, ...]:
+        """Hook implementations that failed and were skipped, oldest first."""
+        with self._lock:
+            return tuple(self._failures)
+
+    def record_failure(self, plugin: str, hook: str, exc: BaseException) -> HookFailure:
+        """Log and keep the failure of ``plugin`` in ``hook`` (the caller goes on without it)."""
+        failure = HookFailure(
+            plugin=plugin,
+            hook=hook,
+            error=describe_exception(exc),
+            label=self._directory.describe_plugin(plugin),
+            traceback=format_traceback(exc),
+        )
+        with self._lock:
+            self._failures.append(failure)
+        log.warning(
+            "plugin_hook_failed",
+            plugin=plugin,
+            distribution=self._directory.distribution_of(plugin),
+            hook=hook,
+            error=failure.error,
+            exc_info=exc,
+        )
+        return failure
+
+    def each(
+        self,
+        hook_name: str,
+        kwargs: Mapping[str, Any],
+        *,
+        isolate_errors: bool = False,
+        only: pluggy.HookImpl | None = None,
+    ) -> Iterator[tuple[str, Any]]:
+        """``(plugin, result)`` for each implementation of ``hook_name`` (``only``: that one).
+
+        ``None`` results are left out; a firstresult hook stops at the first
+        other result.
+
+        :raises ValueError: no hook specification is named ``hook_name``.
+        """
+        hook = self._manager.hook
+        caller = getattr(hook, hook_name, None)
+        if caller is None or not caller.has_spec():
+            known = sorted(n for n, c in vars(hook).items() if not n.startswith("_") and c.has_spec())
+            raise ValueError(f"no hook named {hook_name!r}; known hooks: {', '.join(known)}")
+        spec = caller.spec
+        firstresult = bool(spec.opts.get("firstresult")) if spec is not None else False
+        call_kwargs = {**(spec.kwargdefaults if spec is not None else {}), **kwargs}
+        impls = caller.get_hookimpls()
+        wrappers = [i for i in impls if i.wrapper or i.hookwrapper]
+        for impl in reversed([i for i in impls if not (i.wrapper or i.hookwrapper)]):
+            if only is not None and impl is not only:
+                continue
+            try:
+                outcome = self._manager._hookexec(hook_name, [impl, *wrappers], call_kwargs, firstresult)
+            except PluginUnavailable as exc:
+                reason = str(exc) or "unavailable"
+                log.info("plugin_unavailable", plugin=impl.plugin_name, hook=hook_name, reason=reason)
+                self._directory.mark_unavailable(impl.plugin_name, reason)
+                continue
+            except Exception as exc:
+                if not isolate_errors:
+                    add_note(exc, f"raised by polyprof plugin {impl.plugin_name!r} in {hook_name}")
+                    raise
+                self.record_failure(impl.plugin_name, hook_name, exc)
+                continue
+            results = [outcome] if firstresult else list(outcome)  # type: ignore[arg-type]
+            for result in results:
+                if result is not None:
+                    yield impl.plugin_name, result
+                    if firstresult:
+                        return

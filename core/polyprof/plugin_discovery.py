@@ -1,0 +1,334 @@
+"""Which plugins a session may load: the ``polyprof`` entry points and the ``POLYPROF_PLUGINS`` allow-list.
+
+Nothing here imports a plugin or calls a hook. ``discover_entry_points`` lists
+the entry points installed distributions declare; ``resolve_allow_list`` turns
+the allow-list into the entry points it selects; ``plan_third_party`` decides,
+for each third-party entry point, whether it loads or why it is blocked
+(autoload off, left out of the allow-list, or an entry-point name that another
+distribution or a built-in also declares: a conflict fails closed). The
+registry (``polyprof.registry.make_plugin_manager``) then loads what the plan
+says.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import types
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from polyprof._log import get_logger
+from polyprof.errors import PolyprofError, PolyprofWarning
+
+log = get_logger(__name__)
+
+#: The one entry-point group; each entry point names a plugin module.
+ENTRY_POINT_GROUP: Final = "polyprof"
+#: The distribution whose entry points are the built-in plugins.
+CORE_DISTRIBUTION: Final = "polyprof"
+#: Built-in plugins: entry-point name -> module. Must match pyproject.toml's
+#: ``[project.entry-points.polyprof]`` (a test checks). Used directly when
+#: autoload is off or the core's metadata is missing (running from a checkout).
+BUILTIN_PLUGINS: Final[Mapping[str, str]] = types.MappingProxyType(
+    {
+        "torch_cpu": "polyprof_builtins.torch_cpu",
+        "key_averages": "polyprof_builtins.key_averages",
+        "chrome_trace": "polyprof_builtins.chrome_trace",
+        "stacks": "polyprof_builtins.stacks",
+        "itt_export": "polyprof_builtins.itt_export",
+    }
+)
+
+#: Set to 1 to stop loading third-party plugins from entry points.
+DISABLE_AUTOLOAD_ENV: Final = "POLYPROF_DISABLE_PLUGIN_AUTOLOAD"
+#: Comma-separated third-party plugins to load: ``NAME`` (entry point), ``DIST`` (distribution) or
+#: ``DIST:NAME``. Set but blank: no third-party plugin.
+ALLOW_LIST_ENV: Final = "POLYPROF_PLUGINS"
+
+_TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+_FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
+
+
+class PluginSelectionError(PolyprofError, ValueError):
+    """The allow-list cannot be resolved safely: a malformed entry, or a name of several distributions."""
+
+
+@attrs.frozen
+class EntryPointCandidate:
+    """One entry point of the ``polyprof`` group, before it is loaded."""
+
+    name: str
+    #: ``module`` or ``module:attribute``.
+    value: str
+    distribution: str | None
+    version: str | None
+    #: Anything with ``load()`` (an ``importlib.metadata.EntryPoint``).
+    entry_point: Any = attrs.field(eq=False, repr=False)
+
+    @property
+    def builtin(self) -> bool:
+        return self.distribution is not None and canonical_name(self.distribution) == CORE_DISTRIBUTION
+
+
+@attrs.frozen
+class PluginDecision:
+    """Whether one third-party entry point loads, and if not, why (``plan_third_party``)."""
+
+    candidate: EntryPointCandidate
+    #: Why it does not load; None: it loads.
+    blocked_reason: str | None = None
+    #: Distributions that declare the same entry-point name, when that is why it is blocked.
+    conflicts_with: tuple[str, ...] = ()
+
+    @property
+    def loads(self) -> bool:
+        return self.blocked_reason is None
+
+    @property
+    def listed_as(self) -> str:
+        """Its name in ``polyprof plugins``: a blocked rival is listed under its distribution too."""
+        if not self.conflicts_with:
+            return self.candidate.name
+        return f"{self.candidate.name} ({self.candidate.distribution})"
+
+
+def canonical_name(name: str) -> str:
+    """Distribution names compare like pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def env_flag(var: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Read a boolean environment variable (1/true/yes/on or 0/false/no/off)."""
+    raw = (os.environ if environ is None else environ).get(var, "")
+    value = raw.strip().lower()
+    if value in _TRUE_WORDS:
+        return True
+    if value in _FALSE_WORDS:
+        return False
+    warnings.warn(
+        f"{var}={raw!r} is not a recognised boolean; use one of 1, true, yes, on, 0, false, no, off. "
+        "Treating it as set.",
+        PolyprofWarning,
+        stacklevel=3,
+    )
+    return True
+
+
+def parse_allow_list(value: str | Iterable[str] | None) -> frozenset[str] | None:
+    """``"a, b"`` or ``["a", "b"]`` -> ``{"a", "b"}``; None -> None (no allow-list).
+
+    A blank string is an empty allow-list: no third-party plugin loads. An
+    allow-list that was set fails closed, however it was emptied.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.split(",")
+    names = frozenset(name.strip() for name in value if name and name.strip())
+    return names
+
+
+def _spelled(candidate: EntryPointCandidate) -> str:
+    """How the allow-list names exactly this entry point."""
+    return f"{candidate.distribution}:{candidate.name}"
+
+
+def _dist_key(candidate: EntryPointCandidate) -> str:
+    return canonical_name(candidate.distribution or "")
+
+
+def resolve_allow_list(
+    allowed: frozenset[str],
+    third_party: Sequence[EntryPointCandidate],
+    builtin_names: Iterable[str] = BUILTIN_PLUGINS,
+    source: str = ALLOW_LIST_ENV,
+) -> tuple[set[EntryPointCandidate], list[str]]:
+    """The third-party entry points ``allowed`` selects, and its entries that match nothing.
+
+    An entry is ``NAME`` (an entry-point name), ``DIST`` (every entry point of
+    that distribution) or ``DIST:NAME``. A bare word that several
+    distributions answer to is refused, as is a selection that puts two
+    plugins under one entry-point name: a squatting distribution must never
+    be picked by accident. Built-in names are always allowed (and never a
+    third party's).
+
+    :raises PluginSelectionError: naming the entry and the candidates.
+    """
+    builtin_names = set(builtin_names)
+    selected: set[EntryPointCandidate] = set()
+    unknown: list[str] = []
+    for entry in sorted(allowed):
+        if ":" in entry:
+            dist, _, name = (part.strip() for part in entry.partition(":"))
+            if not dist or not name:
+                raise PluginSelectionError(
+                    f"{source} entry {entry!r} is malformed; write NAME, DIST or DIST:NAME "
+                    "(e.g. polyprof-cuda:cuda)"
+                )
+            matches = [c for c in third_party if _dist_key(c) == canonical_name(dist) and c.name == name]
+            if not matches and not (canonical_name(dist) == CORE_DISTRIBUTION and name in builtin_names):
+                unknown.append(entry)
+            selected.update(matches)
+            continue
+        if entry in builtin_names:
+            continue  # built-ins always load; a third party cannot take their names
+        matches = [c for c in third_party if c.name == entry or _dist_key(c) == canonical_name(entry)]
+        if not matches:
+            unknown.append(entry)
+            continue
+        if len({_dist_key(c) for c in matches}) > 1:
+            choices = ", ".join(sorted(_spelled(c) for c in matches))
+            raise PluginSelectionError(
+                f"{source} entry {entry!r} is ambiguous: it matches plugins of several distributions "
+                f"({choices}); name the one to load as DIST:NAME"
+            )
+        selected.update(matches)
+    by_name: dict[str, list[EntryPointCandidate]] = {}
+    for candidate in selected:
+        by_name.setdefault(candidate.name, []).append(candidate)
+    for name, same in sorted(by_name.items()):
+        if len(same) > 1:
+            choices = ", ".join(sorted(_spelled(c) for c in same))
+            raise PluginSelectionError(
+                f"{source} selects {len(same)} plugins with the entry-point name {name!r} ({choices}); "
+                "only one can load under a name: keep one"
+            )
+    return selected, unknown
+
+
+def discover_entry_points(group: str = ENTRY_POINT_GROUP) -> list[EntryPointCandidate]:
+    """Every entry point of ``group`` across installed distributions.
+
+    A distribution found twice on ``sys.path`` (an ``.egg-info`` in the working
+    directory next to the installed ``.dist-info``) counts once: the first, as
+    Python's import system would pick it. Unreadable metadata is logged and
+    skipped.
+    """
+    seen: set[str] = set()
+    found: list[EntryPointCandidate] = []
+    for dist in importlib.metadata.distributions():
+        try:
+            dist_name = dist.metadata["Name"] or getattr(dist, "name", None)
+            if not dist_name:
+                continue
+            key = canonical_name(dist_name)
+            if key in seen:
+                continue
+            seen.add(key)
+            eps = [ep for ep in dist.entry_points if ep.group == group]
+            version = dist.version
+        except Exception as exc:  # noqa: BLE001 - broken metadata must not stop discovery
+            log.warning("distribution_metadata_unreadable", error=f"{type(exc).__name__}: {exc}")
+            continue
+        for ep in eps:
+            found.append(EntryPointCandidate(ep.name, ep.value, dist_name, version, ep))
+    return found
+
+
+def builtin_entry_point(name: str, module: str) -> importlib.metadata.EntryPoint:
+    """The entry point of a built-in plugin loaded by module path (autoload off, or no core metadata)."""
+    return importlib.metadata.EntryPoint(name=name, value=module, group=ENTRY_POINT_GROUP)
+
+
+def _conflict_reason(
+    candidate: EntryPointCandidate,
+    rivals: Sequence[str],
+    selected: set[EntryPointCandidate],
+    *,
+    builtin: bool,
+    source: str,
+) -> str | None:
+    """Why ``candidate`` may not load under its entry-point name, or None when it may."""
+    name = candidate.name
+    if builtin:  # built-ins load first and are never replaced
+        return (
+            f"conflict: entry-point name {name!r} belongs to a plugin polyprof always loads; "
+            "a third-party plugin cannot take it (rename the entry point)"
+        )
+    if not rivals or candidate in selected:
+        return None
+    chosen = sorted(c.distribution or "?" for c in selected if c.name == name)
+    if chosen:
+        return f"conflict: entry-point name {name!r} is also declared by {chosen[0]}, which {source} picks"
+    return (
+        f"conflict: entry-point name {name!r} is also declared by {', '.join(rivals)}; none of them loads "
+        f"unless {ALLOW_LIST_ENV} names one as DIST:NAME (e.g. {_spelled(candidate)})"
+    )
+
+
+def plan_third_party(
+    third_party: Sequence[EntryPointCandidate],
+    *,
+    taken: Mapping[str, str],
+    allowed: frozenset[str] | None,
+    selected: set[EntryPointCandidate],
+    autoload: bool,
+    source: str = ALLOW_LIST_ENV,
+) -> list[PluginDecision]:
+    """For each of ``third_party`` (in order): load it, or block it with the reason.
+
+    :param taken: entry-point names already loaded (the built-ins) -> their distribution;
+        a third party declaring one of them is a conflict.
+    :param allowed: the allow-list (None: none set); ``selected`` is what it selects
+        (``resolve_allow_list``).
+    :param autoload: third-party plugins load unless the allow-list leaves them out;
+        off, only the ones it names load.
+    :param source: how the allow-list is named in reasons (the environment variable, or
+        "the allow-list" when given in code).
+    """
+    providers: dict[str, list[EntryPointCandidate]] = {}
+    for candidate in third_party:
+        providers.setdefault(candidate.name, []).append(candidate)
+    decisions = []
+    for candidate in third_party:
+        named = candidate in selected
+        if candidate.name in taken:
+            rivals = [taken[candidate.name]]
+        else:
+            others = (c for c in providers[candidate.name] if _dist_key(c) != _dist_key(candidate))
+            rivals = sorted({c.distribution or "?" for c in others})
+        conflict = _conflict_reason(
+            candidate, rivals, selected, builtin=candidate.name in taken, source=source
+        )
+        if conflict is not None:
+            log.warning(
+                "plugin_name_conflict",
+                plugin=candidate.name,
+                distribution=candidate.distribution,
+                conflicts_with=rivals,
+            )
+            decisions.append(PluginDecision(candidate, conflict, tuple(rivals)))
+        elif allowed is not None and not named:
+            listed = ", ".join(sorted(allowed))
+            reason = f"not in {source} ({listed})" if listed else f"{source} is empty"
+            decisions.append(PluginDecision(candidate, reason))
+        elif not autoload and not named:
+            reason = f"autoload is off ({DISABLE_AUTOLOAD_ENV}=1) and it is not named in {ALLOW_LIST_ENV}"
+            decisions.append(PluginDecision(candidate, reason))
+        else:
+            decisions.append(PluginDecision(candidate))
+    return decisions
+
+
+__all__ = [
+    "ALLOW_LIST_ENV",
+    "BUILTIN_PLUGINS",
+    "CORE_DISTRIBUTION",
+    "DISABLE_AUTOLOAD_ENV",
+    "ENTRY_POINT_GROUP",
+    "EntryPointCandidate",
+    "PluginDecision",
+    "PluginSelectionError",
+    "builtin_entry_point",
+    "canonical_name",
+    "discover_entry_points",
+    "env_flag",
+    "parse_allow_list",
+    "plan_third_party",
+    "resolve_allow_list",
+]

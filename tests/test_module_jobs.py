@@ -1,0 +1,291 @@
+"""Modules with one job each (issue 11, house item 5): what can be checked of each job.
+
+* Which activities a session records is decided by ``polyprof.activity_resolution``
+  alone: no other core module raises ``ActivityUnavailableError`` or warns that an
+  activity is unavailable.
+* ``polyprof.plugin_discovery`` decides which entry points load without importing
+  a plugin or calling a hook; ``polyprof.plugin_calls`` calls a hook plugin by
+  plugin on any pluggy manager.
+* torch's legacy JSON array is written in one place (``polyprof.legacy_trace``).
+* The names users import from ``polyprof.results`` and ``polyprof.registry`` are
+  still there, and are the objects of the modules that now define them.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pluggy
+import pytest
+
+import polyprof
+from polyprof import hookspecs
+from polyprof.activity import ProfilerActivity
+from polyprof.config import ProfileConfig
+from polyprof.events import DeviceType, EventKind
+from polyprof.testing import make_event_batch, make_trace
+
+CORE = Path(polyprof.__file__).parent
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _called_name(node: ast.AST) -> str | None:
+    func = node.func if isinstance(node, ast.Call) else node
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+# ---------------------------------------------------------------- one activity resolver
+
+
+def test_only_the_activity_resolver_refuses_or_drops_an_activity() -> None:
+    deciders: dict[str, list[str]] = {}
+    for path in sorted(CORE.glob("*.py")):
+        for node in ast.walk(_tree(path)):
+            raised = isinstance(node, ast.Raise) and node.exc is not None
+            if raised and _called_name(node.exc) == "ActivityUnavailableError":
+                deciders.setdefault(path.name, []).append(f"raise at line {node.lineno}")
+            if isinstance(node, ast.Call) and _called_name(node) == "warn_activity_unavailable":
+                deciders.setdefault(path.name, []).append(f"warning at line {node.lineno}")
+    assert set(deciders) == {"activity_resolution.py"}, deciders
+
+
+# ------------------------------------------------------------------------ discovery
+
+
+def _imported_modules(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_discovery_neither_loads_plugins_nor_calls_hooks() -> None:
+    imported = _imported_modules(CORE / "plugin_discovery.py")
+    forbidden = {"pluggy", "polyprof.hookspecs", "polyprof.plugin_calls", "polyprof.registry"}
+    assert not imported & forbidden
+
+
+class _NeverLoaded:
+    """An entry point that fails the test if anything imports it."""
+
+    def load(self) -> Any:
+        raise AssertionError("plugin_discovery imported a plugin")
+
+
+def _candidate(name: str, distribution: str) -> Any:
+    from polyprof.plugin_discovery import EntryPointCandidate
+
+    return EntryPointCandidate(name, f"{distribution}_plugin", distribution, "1.0", _NeverLoaded())
+
+
+def test_a_plan_blocks_squatters_and_keeps_the_order_without_importing_anything() -> None:
+    from polyprof.plugin_discovery import plan_third_party, resolve_allow_list
+
+    cuda, squatter, other = (
+        _candidate("cuda", "polyprof-cuda"),
+        _candidate("cuda", "cuda-squatter"),
+        _candidate("zz", "polyprof-zz"),
+    )
+    third_party = [squatter, cuda, other]
+    plan = plan_third_party(third_party, taken={}, allowed=None, selected=set(), autoload=True)
+    assert [(d.listed_as, d.loads) for d in plan] == [
+        ("cuda (cuda-squatter)", False),
+        ("cuda (polyprof-cuda)", False),
+        ("zz", True),
+    ]
+    assert plan[0].conflicts_with == ("polyprof-cuda",)
+
+    selected, unknown = resolve_allow_list(frozenset({"polyprof-cuda:cuda"}), third_party)
+    plan = plan_third_party(
+        third_party, taken={}, allowed={"polyprof-cuda:cuda"}, selected=selected, autoload=False
+    )
+    assert [(d.candidate.distribution, d.loads) for d in plan] == [
+        ("cuda-squatter", False),
+        ("polyprof-cuda", True),
+        ("polyprof-zz", False),
+    ]
+    assert plan[0].blocked_reason == (
+        "conflict: entry-point name 'cuda' is also declared by polyprof-cuda, which POLYPROF_PLUGINS picks"
+    )
+    assert unknown == []
+
+    plan = plan_third_party([other], taken={"zz": "polyprof"}, allowed=None, selected=set(), autoload=True)
+    assert not plan[0].loads and "belongs to a plugin polyprof always loads" in plan[0].blocked_reason
+
+
+# ------------------------------------------------------------------------ hook calls
+
+
+class _Directory:
+    def __init__(self) -> None:
+        self.unavailable: dict[str, str] = {}
+
+    def describe_plugin(self, name: str) -> str:
+        return f"plugin {name!r} (test-dist 9)"
+
+    def distribution_of(self, name: str) -> str | None:
+        return "test-dist"
+
+    def mark_unavailable(self, name: str, reason: str) -> None:
+        self.unavailable[name] = reason
+
+
+class _Answers:
+    @polyprof.hookimpl
+    def polyprof_torch_collector_activities(self, config: ProfileConfig) -> list[str]:
+        return ["CUDA"]
+
+
+class _Raises:
+    @polyprof.hookimpl
+    def polyprof_torch_collector_activities(self, config: ProfileConfig) -> list[str]:
+        raise RuntimeError("plugin bug")
+
+
+class _Unavailable:
+    @polyprof.hookimpl
+    def polyprof_torch_collector_activities(self, config: ProfileConfig) -> list[str]:
+        raise polyprof.PluginUnavailable("no device")
+
+
+def test_hook_calls_isolate_each_plugin_on_a_bare_pluggy_manager() -> None:
+    from polyprof.plugin_calls import HookCalls
+
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    pm.register(_Answers(), name="answers")
+    pm.register(_Unavailable(), name="away")
+    pm.register(_Raises(), name="raises")
+    directory = _Directory()
+    calls = HookCalls(pm, directory)
+    kwargs = {"config": ProfileConfig(activities={ProfilerActivity.CPU})}
+    hook = "polyprof_torch_collector_activities"
+
+    assert list(calls.each(hook, kwargs, isolate_errors=True)) == [("answers", ["CUDA"])]
+    (failure,) = calls.failures()
+    assert (failure.plugin, failure.hook, failure.error) == ("raises", hook, "RuntimeError: plugin bug")
+    assert failure.message == (
+        "polyprof: skipped plugin 'raises' (test-dist 9) in polyprof_torch_collector_activities: "
+        "RuntimeError: plugin bug; profiling goes on without it"
+    )
+    assert directory.unavailable == {"away": "no device"}
+
+    with pytest.raises(RuntimeError, match="plugin bug") as err:
+        list(calls.each(hook, kwargs))
+    assert err.value.__notes__ == [
+        "raised by polyprof plugin 'raises' in polyprof_torch_collector_activities"
+    ]
+    with pytest.raises(ValueError, match="no hook named 'polyprof_nope'"):
+        list(calls.each("polyprof_nope", {}))
+
+
+# ---------------------------------------------------------------------- legacy trace
+
+
+def test_the_legacy_json_array_is_written_in_one_place() -> None:
+    writers = sorted(
+        path.name
+        for path in CORE.glob("*.py")
+        if '"pid": "CPU functions"' in path.read_text(encoding="utf-8")
+    )
+    assert writers == ["legacy_trace.py"]
+
+
+BASE_NS = 1_700_000_000 * 10**9
+
+
+def _device_rows() -> list[dict[str, Any]]:
+    host = {"pid": 1, "tid": 2, "device_type": int(DeviceType.XPU), "correlation_id": 9}
+    return [
+        {"name": "aten::add", "kind": EventKind.CPU_OP, "start_ns": BASE_NS, "dur_ns": 100_000, "pid": 1,
+         "tid": 2, "thread": 1, "correlation_id": 5},
+        {"name": "urEnqueueKernelLaunch", "kind": EventKind.RUNTIME, "start_ns": BASE_NS + 10_000,
+         "dur_ns": 5_000, **host},
+        {"name": "zeEventHostSynchronize", "kind": EventKind.SYNC, "start_ns": BASE_NS + 20_000,
+         "dur_ns": 5_000, **host},
+    ]  # fmt: skip
+
+
+def _results(use_device: str) -> Any:
+    from polyprof.results import ProfileResults
+
+    config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.XPU})
+    return ProfileResults(
+        [make_trace(make_event_batch(_device_rows()), config=config)], use_device=use_device
+    )
+
+
+def test_export_chrome_trace_is_the_legacy_writer_over_the_events(tmp_path: Path) -> None:
+    from polyprof.legacy_trace import write_legacy_chrome_trace
+
+    events = _results("xpu").events()
+    by_list = events.export_chrome_trace(str(tmp_path / "list.json"))
+    by_writer = write_legacy_chrome_trace(list(events), tmp_path / "writer.json", device_name="xpu")
+    assert Path(by_list).read_bytes() == Path(by_writer).read_bytes()
+    assert [e["name"] for e in json.loads(Path(by_list).read_text())] == [
+        "aten::add",
+        "urEnqueueKernelLaunch",
+        "zeEventHostSynchronize",
+    ]
+
+
+def test_activity_type_of_rows_without_one_is_the_trace_formats_category_for_the_device() -> None:
+    from polyprof.torch_event_surface import torch_event_surface
+
+    if not torch_event_surface().event_has("activity_type"):
+        pytest.skip("the installed torch's FunctionEvent has no activity_type")
+    for use_device, prefix in (("xpu", "xpu"), ("cuda", "cuda"), ("mystery", "privateuse1")):
+        types = {e.name: e.activity_type for e in _results(use_device).events()}
+        assert types == {
+            "aten::add": "cpu_op",
+            "urEnqueueKernelLaunch": f"{prefix}_runtime",
+            "zeEventHostSynchronize": f"{prefix}_sync",  # was cuda_sync whatever the device
+        }
+
+
+# ------------------------------------------------------------------- public names kept
+
+
+@pytest.mark.parametrize(
+    ("module", "names"),
+    [
+        (
+            "polyprof.results",
+            ["EventList", "FormattedTimesMixin", "FunctionEvent", "FunctionEventAvg", "Interval", "Kernel",
+             "ProfileResults", "wrap_key_averages", "TorchEventSurface", "probe_torch_event_surface",
+             "torch_event_surface"],
+        ),
+        (
+            "polyprof.registry",
+            ["ALLOW_LIST_ENV", "BUILTIN_PLUGINS", "CORE_DISTRIBUTION", "DISABLE_AUTOLOAD_ENV",
+             "ENTRY_POINT_GROUP", "PLUGIN_STATUSES", "TRACE_ENV", "EntryPointCandidate", "HookFailure",
+             "PluginCallError", "PluginFailureWarning", "PluginInfo", "PluginSelectionError",
+             "PolyprofPluginManager", "UnknownExporterError", "canonical_name", "discover_entry_points",
+             "env_flag", "make_plugin_manager", "parse_allow_list", "resolve_allow_list"],
+        ),
+    ],
+)  # fmt: skip
+def test_public_names_are_still_exported_where_users_import_them(module: str, names: list[str]) -> None:
+    exporter = importlib.import_module(module)
+    missing = sorted(set(names) - set(exporter.__all__))
+    assert not missing, f"{module}.__all__ lacks {missing}"
+    for name in names:
+        value = getattr(exporter, name)
+        home = getattr(value, "__module__", None)
+        if home is not None and home != module and home.startswith("polyprof."):
+            assert getattr(importlib.import_module(home), name) is value

@@ -10,7 +10,6 @@ import inspect
 import json
 import sys
 import types
-import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -90,7 +89,6 @@ def test_install_replaces_torch_names_and_uninstall_restores_the_same_objects() 
     assert torch_profiler_module.profile is shim.TorchProfile
     assert autograd_profiler.profile is shim.AutogradProfile
     assert issubclass(shim.TorchProfile, polyprof.profile)
-    assert issubclass(shim.AutogradProfile, polyprof.profile)
     if legacy_available():
         from polyprof import legacy
 
@@ -354,6 +352,57 @@ def test_autograd_profile_matches_torch_and_has_its_methods(tmp_path) -> None:
         ours.export_chrome_trace(str(tmp_path / "u.json"), metadata={"bad": "not json"})
     with pytest.raises(RuntimeError, match="not reentrant"):
         ours.__enter__()
+
+
+def _has(obj: object, name: str) -> bool:
+    """Whether ``obj`` has ``name``, without running a property (torch's raise before the end)."""
+    return hasattr(type(obj), name) or name in vars(obj)
+
+
+def test_autograd_profile_has_torchs_autograd_api_not_the_schedule_api() -> None:
+    """It composes polyprof.profile: no start()/stop()/step(), which torch's autograd profile lacks.
+
+    As a subclass of polyprof.profile it had them, and ``AutogradProfile(enabled=False).start()``
+    recorded although the profile was disabled.
+    """
+    theirs, ours = ORIGINAL.autograd(), shim.AutogradProfile()
+    for name in ("start", "stop", "step", "schedule", "on_trace_ready", "step_num", "prepare_trace"):
+        assert _has(ours, name) == _has(theirs, name) == False, name  # noqa: E712
+    for name in (
+        "enabled",
+        "entered",
+        "record_shapes",
+        "with_flops",
+        "profile_memory",
+        "with_stack",
+        "with_modules",
+        "use_cpu",
+        "acc_events",
+        "custom_trace_id_callback",
+        "function_events",
+        "table",
+        "key_averages",
+        "total_average",
+        "self_cpu_time_total",
+        "export_chrome_trace",
+        "export_stacks",
+        "toggle_collection_dynamic",
+    ):
+        assert _has(theirs, name) and _has(ours, name), name
+    assert not issubclass(shim.AutogradProfile, polyprof.profile)
+    with shim.shimmed(), torch.autograd.profiler.profile() as prof:
+        assert isinstance(prof, torch.autograd.profiler.profile)  # the shimmed class
+        small_workload()
+    assert "aten::mm" in {e.key for e in prof.key_averages()}
+
+
+def test_autograd_profile_that_failed_to_start_may_be_entered_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POLYPROF_DISABLE_PLUGIN_AUTOLOAD", "1")  # keeps an installed polyprof-cuda out
+    prof = shim.AutogradProfile(use_device="cuda")
+    for _ in range(2):  # the second entry used to raise "not reentrant" though nothing was recorded
+        with pytest.raises(polyprof.ActivityUnavailableError, match="polyprof-cuda"), prof:
+            pass
+    assert not prof.entered
 
 
 def test_autograd_profile_arguments_map_as_documented() -> None:

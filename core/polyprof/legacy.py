@@ -42,9 +42,11 @@ Deliberate differences from torch 2.13's legacy profiler:
 3. A profile records once: a second ``__enter__``, during or after the run,
    raises ``RuntimeError("Profiler context manager is not reentrant: ...")``
    as torch does, with a message saying which case it is (an ``__enter__``
-   that failed, e.g. for a missing plugin, may be retried). Starting one
-   while another polyprof profile records raises ``RuntimeError`` instead of
-   silently emptying the other.
+   that failed, e.g. for a missing plugin, may be retried; a disabled profile
+   may be entered any number of times, as in torch). The rule is
+   ``polyprof.recording.RecordOnce``, which the autograd shim follows too.
+   Starting one while another polyprof profile records raises
+   ``RuntimeError`` instead of silently emptying the other.
 4. Results are built when first asked for, not eagerly at exit.
 5. With ``with_stack=True`` ops carry their Python stacks, as in the legacy
    profiler, and the separate ``python_function`` rows that torch's newer
@@ -81,7 +83,7 @@ from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.config import check_plugin_manager, config_flag, truth_flag
 from polyprof.errors import ProfilerDisabledError
-from polyprof.recording import Recording
+from polyprof.recording import Recording, RecordOnce
 
 log = get_logger(__name__)
 
@@ -129,7 +131,8 @@ class profile:  # noqa: N801 - torch's name
         self.with_stack = config_flag("with_stack", with_stack)
         self.with_modules = config_flag("with_modules", with_modules)
         check_plugin_manager(plugin_manager)
-        self.entered = False
+        #: ``enabled`` and record-once, as torch's legacy profiler (polyprof.recording).
+        self._once = RecordOnce(enabled=self.enabled, frontend="polyprof.legacy.profile")
         self._plugin_manager = plugin_manager
         #: The gate and the session, from creation to close (polyprof.recording).
         self._lifecycle = Recording(self, self._create_session)
@@ -150,25 +153,14 @@ class profile:  # noqa: N801 - torch's name
             acts.add(ProfilerActivity.CUDA)
         return frozenset(acts)
 
+    @property
+    def entered(self) -> bool:
+        """torch's ``entered``: the profile started recording (False while disabled)."""
+        return self._once.entered
+
     def __enter__(self) -> profile:
-        if self.entered:
-            if self._lifecycle.recording:
-                raise RuntimeError(
-                    "Profiler context manager is not reentrant: this profile is already recording"
-                )
-            raise RuntimeError(
-                "Profiler context manager is not reentrant: this legacy profile has already recorded once; "
-                "create a new polyprof.legacy.profile(...) to profile again"
-            )
-        self.entered = True
-        if not self.enabled:
+        if not self._once.enter(self._start):
             log.debug("legacy_profile_disabled")
-            return self
-        try:
-            self._start()
-        except BaseException:
-            self.entered = False  # nothing was recorded; the object may be entered again
-            raise
         return self
 
     def _create_session(self) -> Any:
@@ -206,7 +198,7 @@ class profile:  # noqa: N801 - torch's name
     def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> bool:
         if not self.enabled:
             return False
-        if not self._lifecycle.recording:
+        if not self._once.leave():
             # torch's legacy __exit__ raises here too ("Expected debug info of type PROFILER_STATE").
             state = "has already exited" if self.entered else "was never entered"
             raise RuntimeError(
@@ -241,15 +233,8 @@ class profile:  # noqa: N801 - torch's name
 
     # ------------------------------------------------------------ results
 
-    def _check_enabled(self, what: str) -> None:
-        if not self.enabled:
-            raise ProfilerDisabledError(
-                f"{what}: the profiler was disabled (enabled=False), so it recorded nothing. "
-                "Create it with polyprof.legacy.profile(enabled=True, ...) to get results."
-            )
-
     def _finished_events(self, what: str) -> Any:
-        self._check_enabled(what)
+        self._once.check_enabled(what)
         events = self.function_events
         if events is None:
             if self._lifecycle.in_forked_child:
@@ -275,7 +260,7 @@ class profile:  # noqa: N801 - torch's name
     @property
     def function_events(self) -> Any:
         """Every recorded event as an ``EventList`` (None until the with-block ends)."""
-        self._check_enabled("function_events")
+        self._once.check_enabled("function_events")
         if self._function_events is None and self._results is not None:
             self._function_events = _legacy_event_list(self._results)
         return self._function_events
@@ -311,7 +296,7 @@ class profile:  # noqa: N801 - torch's name
         return events.export_stacks(path, metric)
 
     def __str__(self) -> str:
-        self._check_enabled("str(profile)")
+        self._once.check_enabled("str(profile)")
         if self.function_events is None:
             return "<unfinished polyprof.legacy.profile>"
         return str(self.function_events)

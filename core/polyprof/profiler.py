@@ -423,6 +423,20 @@ class profile:  # noqa: N801 - torch's name
         if self._step_tracker is not None:
             self._step_tracker.init_step_count(PROFILER_STEP_NAME)
 
+    @classmethod
+    def on_behalf_of(cls, frontend: object, **kwargs: Any) -> profile:
+        """A profile that records for ``frontend``, another polyprof frontend that composes it.
+
+        For frontends with another class's API (the autograd shim composes one):
+        the process's recording gate names ``frontend`` as the recording's holder,
+        so a second recording's error, and ``polyprof run``'s note when the script
+        starts its own profiler, name the class the user made. ``kwargs`` are
+        ``profile``'s arguments.
+        """
+        prof = cls(**kwargs)
+        prof._lifecycle = Recording(frontend, prof._create_session)
+        return prof
+
     # ------------------------------------------------------------ lifecycle
 
     def __enter__(self) -> profile:
@@ -693,14 +707,29 @@ class profile:  # noqa: N801 - torch's name
         results = self._require_results()
         return self._export("stacks", results.merged_trace(), os.fspath(path), metric=metric)
 
-    def export(self, path: str | os.PathLike[str], format: str = "chrome", **options: Any) -> str:  # noqa: A002
+    def export(
+        self,
+        path: str | os.PathLike[str],
+        format: str = "chrome",  # noqa: A002
+        *,
+        metadata_json: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> str:
         """Write the last cycle's trace with any installed exporter, chosen by name.
 
+        :param metadata_json: top-level metadata for this file only: keys mapped to raw JSON
+            text, as in ``add_metadata_json`` (torch's autograd profile takes it in its
+            ``export_chrome_trace``).
+        :param options: the exporter's own options.
         :raises polyprof.exporting.ExportTimeoutError: the exporter did not finish within its
             deadline (``POLYPROF_EXPORT_TIMEOUT_S``); no unfinished file is left at ``path``.
         """
-        results = self._require_results()
-        return self._export(format, results.traces[-1], os.fspath(path), **options)
+        trace = self._require_results().traces[-1]
+        if metadata_json:
+            for key, value in metadata_json.items():
+                _check_json(key, value)
+            trace = attrs.evolve(trace, metadata_json={**trace.metadata_json, **metadata_json})
+        return self._export(format, trace, os.fspath(path), **options)
 
     def _export(self, name: str, trace: Any, path: str, **options: Any) -> str:
         # Bounded: a hanging exporter plugin raises ExportTimeoutError naming it instead of hanging here.

@@ -12,6 +12,10 @@ is active and owns the ``Session`` from creation to close, so the plugin hooks
 ``polyprof_session_start`` and ``polyprof_session_finish`` fire as a matched pair,
 and a recording that ends shuts down its exporters and its plugin manager.
 
+``RecordOnce`` is the rule of torch's autograd and legacy profilers, which
+``polyprof.legacy.profile`` and the autograd shim compose: ``enabled=False``
+records nothing, and an object records once.
+
 ``os.fork()`` inside a recording: the child inherits the frontend object but not
 the event bus's thread, so a ``Recording`` in a forked child never waits on the
 bus or calls its tracers. Leaving the with-block there ends the child's copy
@@ -20,17 +24,18 @@ without collecting or writing anything; the parent's recording goes on.
 
 from __future__ import annotations
 
+import enum
 import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from polyprof._log import get_logger
-from polyprof.errors import PolyprofError
+from polyprof.errors import PolyprofError, ProfilerDisabledError
 
 log = get_logger(__name__)
 
-__all__ = ["Recording", "RecordingGate", "RecordingInProgressError", "recording_gate"]
+__all__ = ["RecordOnce", "Recording", "RecordingGate", "RecordingInProgressError", "recording_gate"]
 
 
 class RecordingInProgressError(PolyprofError, RuntimeError):
@@ -234,3 +239,79 @@ class Recording:
         finally:
             if self._session_closed:
                 session.release_exporters()
+
+
+class _Phase(enum.Enum):
+    NEW = "new"
+    RECORDING = "recording"
+    FINISHED = "finished"
+
+
+class RecordOnce:
+    """``enabled`` and one recording per object: the rule of torch's autograd and legacy profilers.
+
+    A frontend with that rule asks it at ``__enter__`` (``enter``), at
+    ``__exit__`` (``leave``) and before each result (``check_enabled``):
+
+    * ``enabled=False``: ``enter`` starts nothing and returns False, any number
+      of times (torch's ``__enter__`` returns early too); ``leave`` returns
+      False; results raise ``ProfilerDisabledError`` naming the result asked for.
+    * Enabled: the first ``enter`` runs ``start``; entering again raises torch's
+      ``RuntimeError("Profiler context manager is not reentrant")``, saying
+      whether the profile is recording or has recorded. An ``enter`` whose
+      ``start`` raised leaves the object as new: nothing was recorded, so it
+      may be entered again.
+
+    :param frontend: how messages name the frontend's class, as its users wrote
+        it (``"polyprof.legacy.profile"``).
+    """
+
+    def __init__(self, *, enabled: bool, frontend: str) -> None:
+        self.enabled = enabled
+        self.frontend = frontend
+        self._phase = _Phase.NEW
+
+    @property
+    def entered(self) -> bool:
+        """torch's ``entered``: recording started (and perhaps ended); False while disabled."""
+        return self._phase is not _Phase.NEW
+
+    @property
+    def recording(self) -> bool:
+        """Entered and not yet left."""
+        return self._phase is _Phase.RECORDING
+
+    @property
+    def finished(self) -> bool:
+        """The one recording has ended (``leave`` returned True)."""
+        return self._phase is _Phase.FINISHED
+
+    def enter(self, start: Callable[[], None]) -> bool:
+        """Run ``start`` for the one recording; False (and nothing run) when disabled."""
+        if not self.enabled:
+            return False
+        if self._phase is _Phase.RECORDING:
+            raise RuntimeError("Profiler context manager is not reentrant: this profile is already recording")
+        if self._phase is _Phase.FINISHED:
+            raise RuntimeError(
+                f"Profiler context manager is not reentrant: this {self.frontend} has already recorded once; "
+                f"create a new {self.frontend}(...) to profile again"
+            )
+        start()
+        self._phase = _Phase.RECORDING
+        return True
+
+    def leave(self) -> bool:
+        """At ``__exit__``: True when this ends the recording (stop it now), once; else False."""
+        if not self.enabled or self._phase is not _Phase.RECORDING:
+            return False
+        self._phase = _Phase.FINISHED
+        return True
+
+    def check_enabled(self, what: str) -> None:
+        """Raise ``ProfilerDisabledError`` naming ``what`` when the profile is disabled."""
+        if not self.enabled:
+            raise ProfilerDisabledError(
+                f"{what}: the profiler was disabled (enabled=False), so it recorded nothing. "
+                f"Create it with {self.frontend}(enabled=True, ...) to get results."
+            )

@@ -7,15 +7,19 @@ torch name                                 becomes
 =========================================  ==============================================
 ``torch.profiler.profile``                 ``TorchProfile`` (``polyprof.profile``)
 ``torch.profiler.profiler.profile``        ``TorchProfile``
-``torch.autograd.profiler.profile``        ``AutogradProfile`` (its own signature, below)
+``torch.autograd.profiler.profile``        ``AutogradProfile`` (torch's own signature)
 ``torch.autograd.profiler_legacy.profile`` ``LegacyProfile`` (``polyprof.legacy.profile``,
                                            which accepts IPEX's ``use_xpu``)
 =========================================  ==============================================
 
-The shim classes are thin subclasses of polyprof's frontends, so they are
-distinct objects: ``uninstall()`` can tell a name that the shims bound from one
-a user bound to ``polyprof.profile`` on purpose. ``type(prof).__module__`` is
-``"polyprof.shim"`` and ``isinstance(prof, polyprof.profile)`` holds.
+The shim classes live in ``polyprof.shim_classes`` (``AutogradProfile`` in
+``polyprof.autograd_profile``) and are imported from here. They are distinct
+objects, so ``uninstall()`` can tell a name that the shims bound from one a
+user bound to ``polyprof.profile`` on purpose. ``type(prof).__module__`` is
+``"polyprof.shim"``. ``TorchProfile`` subclasses ``polyprof.profile`` and
+``LegacyProfile`` subclasses ``polyprof.legacy.profile``; ``AutogradProfile``
+has torch's autograd profile's API and composes a ``polyprof.profile``
+(no ``start``/``stop``/``step``, as in torch).
 
 ``torch.profiler.schedule``, ``tensorboard_trace_handler``, ``record_function``,
 ``ProfilerActivity`` and ``ProfilerAction`` are left as torch's: polyprof's
@@ -72,54 +76,31 @@ nothing, and ``shimmed()`` installs for the length of a ``with`` block (leaving
 shims that were installed before the block in place).
 
 Each shim class takes the arguments the *installed* torch's class takes and
-refuses the others with torch's ``TypeError`` (asked of torch's own signature:
-``post_processing_timeout_s`` from torch 2.11, ``activity_filters`` from 2.12,
-no ``use_cuda`` in ``torch.profiler.profile`` / ``torch.autograd.profiler.profile``
-from 2.14, ``_profiler_extensions`` from 2.15), plus polyprof's
-``plugin_manager`` and, for the legacy profile, IPEX's ``use_xpu``.
-
-``torch.autograd.profiler.profile`` (AutogradProfile) honours: ``enabled``,
-``use_cpu`` and ``use_device`` / ``use_cuda`` (choose the activities: CPU, and
-``cuda``, ``xpu``, ``mtia``, ``hpu`` or the PrivateUse1 backend name; an
-unknown device warns as torch does and profiles the CPU only),
-``record_shapes``, ``with_flops`` (implies ``record_shapes``),
-``profile_memory``, ``with_stack``, ``with_modules``, ``experimental_config``,
-``acc_events``, ``custom_trace_id_callback``, ``post_processing_timeout_s``
-(checked; polyprof keeps every event, see docs/user-guide.md) and
-``activity_filters``; ``_profiler_extensions`` (torch's CUDA extensions) warns
-and is ignored. ``use_kineto`` is accepted and ignored: polyprof always
-records through its tracer plugins (the CPU tracer drives torch's Kineto
-collector). A device activity needs the polyprof plugin that records it
-(``polyprof-cuda``, ``polyprof-xpu``); without it ``__enter__`` raises
-``ActivityUnavailableError`` naming the distribution, where torch would warn
-and profile the CPU only. ``enabled=False``: ``__enter__`` returns the object
-(torch returns None) and asking it for results raises ``ProfilerDisabledError``,
-as ``polyprof.legacy.profile`` does.
+refuses the others with torch's ``TypeError`` (``polyprof.shim_arguments``),
+plus polyprof's ``plugin_manager`` and, for the legacy profile, IPEX's
+``use_xpu``. Which arguments ``AutogradProfile`` honours, and how:
+docs/shims.md. ``enabled=False`` (``AutogradProfile`` and ``LegacyProfile``):
+``__enter__`` returns the object (torch returns None) and asking it for
+results raises ``ProfilerDisabledError``; both record once
+(``polyprof.recording.RecordOnce``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
-import inspect
-import json
-import os
 import sys
 import threading
 import types
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
 
-from polyprof import frontend_results
 from polyprof._log import get_logger
-from polyprof.activity import ProfilerActivity, coerce_activity
-from polyprof.errors import PolyprofError, PolyprofWarning, ProfilerDisabledError
-from polyprof.profiler import NoActivitiesError
-from polyprof.profiler import profile as _polyprof_profile
+from polyprof.errors import PolyprofError, ProfilerDisabledError
+from polyprof.shim_arguments import remember_torch_class
+from polyprof.shim_classes import AutogradProfile, TorchProfile, legacy_profile_class
 
 log = get_logger(__name__)
 
@@ -141,305 +122,9 @@ class TorchMissingError(PolyprofError, ImportError):
     """The shims were asked for, but torch cannot be imported."""
 
 
-# ------------------------------------------------------------------ shim classes
-
-
-#: Arguments the shim classes take beyond the torch class they stand in for (polyprof's own, IPEX's).
-_SHIM_EXTRAS: Mapping[str, frozenset[str]] = {
-    "torch": frozenset({"plugin_manager"}),
-    "autograd": frozenset({"plugin_manager"}),
-    "legacy": frozenset({"plugin_manager", "use_xpu"}),
-}
-#: Where the torch class that each kind of shim stands in for lives.
-_TORCH_CLASS_MODULE: Mapping[str, str] = {
-    "torch": "torch.profiler.profiler",
-    "autograd": "torch.autograd.profiler",
-    "legacy": "torch.autograd.profiler_legacy",
-}
-
-
-def _torch_class(kind: str, shim_cls: type) -> Any:
-    """The installed torch's own class behind ``shim_cls``; None without torch."""
-    original = _originals_by_replacement.get(id(shim_cls))
-    if original is not None:
-        return original
-    try:
-        module = importlib.import_module(_TORCH_CLASS_MODULE[kind])
-    except ImportError:
-        return None
-    candidate = vars(module).get("profile")
-    if candidate is None or _is_own_module(getattr(candidate, "__module__", "") or ""):
-        return None
-    return candidate
-
-
-@functools.cache
-def _torch_signature(torch_cls: type) -> inspect.Signature:
-    return inspect.signature(torch_cls)
-
-
-def _check_torch_arguments(
-    kind: str, shim_cls: type, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-) -> None:
-    """Refuse, with torch's TypeError, arguments the installed torch's class would refuse.
-
-    polyprof's frontends keep one signature (torch 2.13's); behind torch's names
-    they take what the installed torch takes: no ``post_processing_timeout_s``
-    before 2.11, no ``use_cuda`` from 2.14, ``activity_filters`` from 2.12, ...
-    """
-    torch_cls = _torch_class(kind, shim_cls)
-    if torch_cls is None:
-        return
-    signature = _torch_signature(torch_cls)
-    extras = _SHIM_EXTRAS[kind]
-    try:
-        signature.bind(*args, **{k: v for k, v in kwargs.items() if k not in extras})
-    except TypeError as exc:
-        import torch
-
-        accepted = ", ".join(p.name for p in signature.parameters.values() if not p.name.startswith("_"))
-        raise TypeError(
-            f"{exc}: torch {torch.__version__}'s {torch_cls.__module__}.{torch_cls.__qualname__}, which "
-            f"polyprof stands in for, takes ({accepted})"
-        ) from None
-
-
-class TorchProfile(_polyprof_profile):
-    """``polyprof.profile`` as ``torch.profiler.profile`` while the shims are installed.
-
-    The same semantics and results as ``polyprof.profile``; it takes the
-    arguments the installed torch's ``torch.profiler.profile`` takes (and
-    refuses the others with torch's TypeError). A separate class also so that
-    the shims know which bindings they made.
-    """
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> TorchProfile:
-        if cls is TorchProfile:  # a subclass's own __init__ decides what it takes
-            _check_torch_arguments("torch", TorchProfile, args, kwargs)
-        return super().__new__(cls)
-
-
-#: ``use_device`` values torch accepts and the activity each records.
-_DEVICE_ACTIVITY: Mapping[str, ProfilerActivity] = {
-    "cuda": ProfilerActivity.CUDA,
-    "xpu": ProfilerActivity.XPU,
-    "mtia": ProfilerActivity.MTIA,
-    "hpu": ProfilerActivity.HPU,
-}
-
-
-def _privateuse1_backend_name() -> str | None:
-    """The renamed PrivateUse1 backend (e.g. ``"npu"``), or None."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    name = torch._C._get_privateuse1_backend_name()
-    return None if name == "privateuseone" else name
-
-
-def _autograd_device(use_cuda: bool, use_device: str | None) -> ProfilerActivity | None:
-    """The device activity ``torch.autograd.profiler.profile`` would record, warning as torch warns."""
-    if use_cuda:
-        warnings.warn(
-            "The attribute `use_cuda` will be deprecated soon, please use ``use_device = 'cuda'`` instead.",
-            FutureWarning,
-            stacklevel=3,
-        )
-        use_device = "cuda"
-    if use_device is None:
-        return None
-    if use_device in _DEVICE_ACTIVITY:
-        return _DEVICE_ACTIVITY[use_device]
-    if use_device == _privateuse1_backend_name():
-        return ProfilerActivity.PrivateUse1
-    warnings.warn(f"The {use_device} is not a valid device option.", stacklevel=3)
-    return None
-
-
-class AutogradProfile(_polyprof_profile):
-    """``torch.autograd.profiler.profile``'s signature and methods, recorded by polyprof.
-
-    See the module docstring for which arguments are honoured. Beyond
-    ``polyprof.profile``'s methods it has torch's ``table()`` (of the raw
-    events), ``function_events``, ``total_average()`` and
-    ``self_cpu_time_total``, and ``export_chrome_trace(path, metadata=None,
-    use_python_export=False)`` (``metadata``: top-level keys mapped to raw JSON
-    text, written whatever ``use_python_export`` says). Like torch's, it records
-    once: a second ``with`` raises ``RuntimeError``.
-    """
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> AutogradProfile:
-        if cls is AutogradProfile:  # a subclass's own __init__ decides what it takes
-            _check_torch_arguments("autograd", AutogradProfile, args, kwargs)
-        return super().__new__(cls)
-
-    def __init__(
-        self,
-        enabled: bool = True,
-        *,
-        use_cuda: bool = False,
-        use_device: str | None = None,
-        record_shapes: bool = False,
-        with_flops: bool = False,
-        profile_memory: bool = False,
-        with_stack: bool = False,
-        with_modules: bool = False,
-        use_kineto: bool = False,
-        use_cpu: bool = True,
-        experimental_config: Any = None,
-        acc_events: bool = False,
-        custom_trace_id_callback: Callable[[], str] | None = None,
-        post_processing_timeout_s: float | None = None,
-        activity_filters: Mapping[Any, Iterable[str]] | None = None,
-        _profiler_extensions: Mapping[str, str] | None = None,
-        plugin_manager: Any = None,
-    ) -> None:
-        if _profiler_extensions:
-            # torch 2.15's CUDA profiler extensions (performance metrics): torch's Kineto runs them.
-            warnings.warn(
-                f"_profiler_extensions {dict(_profiler_extensions)!r} configure torch's own CUDA profiler "
-                "extensions, which polyprof does not run; they are ignored",
-                PolyprofWarning,
-                stacklevel=2,
-            )
-        self.enabled = bool(enabled)
-        #: Accepted for torch compatibility; polyprof's tracers decide how to record.
-        self.use_kineto = use_kineto
-        self.use_cpu = bool(use_cpu)
-        device = _autograd_device(bool(use_cuda), use_device)
-        chosen = ([ProfilerActivity.CPU] if self.use_cpu else []) + ([device] if device is not None else [])
-        if not chosen:
-            raise NoActivitiesError(
-                "No activities specified for the profiler: use_cpu=False needs a device, e.g. "
-                f"use_device='cuda'; valid devices: {', '.join(_DEVICE_ACTIVITY)}"
-            )
-        filters = {coerce_activity(k): v for k, v in (activity_filters or {}).items()}
-        unknown = sorted(a.name for a in filters if a not in chosen)
-        if unknown:
-            log.debug("activity_filters_ignored", activities=unknown)
-        activities = [{act: list(filters[act])} if act in filters else act for act in chosen]
-        super().__init__(
-            activities=activities,
-            record_shapes=bool(record_shapes) or bool(with_flops),
-            profile_memory=profile_memory,
-            with_stack=with_stack,
-            with_flops=with_flops,
-            with_modules=with_modules,
-            experimental_config=experimental_config,
-            acc_events=acc_events,
-            custom_trace_id_callback=custom_trace_id_callback,
-            post_processing_timeout_s=post_processing_timeout_s,
-            plugin_manager=plugin_manager,
-        )
-        self.entered = False
-
-    def __enter__(self) -> AutogradProfile:
-        if not self.enabled:
-            return self
-        if self.entered:
-            raise RuntimeError("Profiler context manager is not reentrant")
-        self.entered = True
-        return super().__enter__()
-
-    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
-        # torch's autograd profile leaves an __exit__ without __enter__ alone (polyprof.profile raises).
-        if self.enabled and self.entered:
-            super().__exit__(exc_type, exc_val, exc_tb)
-
-    def _require_results(self) -> Any:
-        if not self.enabled:
-            raise ProfilerDisabledError(
-                "the profiler was disabled (enabled=False), so it recorded nothing; create it with "
-                "torch.autograd.profiler.profile(enabled=True, ...) to get results"
-            )
-        return super()._require_results()
-
-    @property
-    def function_events(self) -> Any:
-        """Every recorded event (torch's ``function_events``), as an ``EventList``."""
-        return self.events()
-
-    def _finished_events(self, what: str) -> Any:
-        """``events()``; its errors (disabled, unfinished) are torch's messages, which name no method."""
-        return self.events()
-
-    # torch's table of the raw (not averaged) events, total_average() and self_cpu_time_total.
-    table = frontend_results.table
-    total_average = frontend_results.total_average
-    self_cpu_time_total = frontend_results.self_cpu_time_total
-
-    def export_chrome_trace(
-        self,
-        path: str | os.PathLike[str],
-        metadata: Mapping[str, str] | None = None,
-        use_python_export: bool = False,
-    ) -> str:
-        """Write the trace as Kineto-shaped Chrome JSON; ``metadata`` adds top-level keys (raw JSON values)."""
-        if not metadata:
-            return super().export_chrome_trace(path, use_python_export=use_python_export)
-        extra = {}
-        for key, value in metadata.items():
-            try:
-                json.loads(value)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(
-                    f"metadata[{key!r}] must be raw JSON text (e.g. '\"text\"' or '3'), got {value!r} ({exc})"
-                ) from None
-            extra[str(key)] = value
-        trace = self.trace
-        trace = attrs.evolve(trace, metadata_json={**trace.metadata_json, **extra})
-        return self._export("chrome", trace, os.fspath(path))
-
-    def __str__(self) -> str:
-        return str(self.events())
-
-    def __repr__(self) -> str:
-        state = "disabled" if not self.enabled else "finished" if self._traces else "unfinished"
-        acts = ",".join(sorted(a.name for a in self.activities))
-        return f"<polyprof.shim.AutogradProfile {state} activities={acts}>"
-
-
-_legacy_class_lock = threading.Lock()
-_legacy_class: type | None = None
-
-
-def _legacy_new(cls: type, *args: Any, **kwargs: Any) -> Any:
-    if cls is _legacy_class:  # a subclass's own __init__ decides what it takes
-        _check_torch_arguments("legacy", cls, args, kwargs)
-    return object.__new__(cls)
-
-
-def _legacy_profile_class() -> type | None:
-    """``LegacyProfile``, made on first use; None when ``polyprof.legacy`` is not installed."""
-    global _legacy_class
-    try:
-        legacy = importlib.import_module("polyprof.legacy")
-    except ModuleNotFoundError as exc:
-        if exc.name != "polyprof.legacy":
-            raise
-        return None
-    with _legacy_class_lock:
-        if _legacy_class is None or _legacy_class.__bases__ != (legacy.profile,):
-            _legacy_class = type(
-                "LegacyProfile",
-                (legacy.profile,),
-                {
-                    "__module__": __name__,
-                    "__qualname__": "LegacyProfile",
-                    "__new__": _legacy_new,
-                    "__doc__": (
-                        "``polyprof.legacy.profile`` as ``torch.autograd.profiler_legacy.profile`` while "
-                        "the shims are installed (accepts IPEX's ``use_xpu``)."
-                    ),
-                },
-            )
-        return _legacy_class
-
-
 def __getattr__(name: str) -> Any:  # PEP 562: LegacyProfile is built when polyprof.legacy is first needed
     if name == "LegacyProfile":
-        cls = _legacy_profile_class()
+        cls = legacy_profile_class()
         if cls is None:
             raise AttributeError("polyprof.shim.LegacyProfile needs polyprof.legacy, which is not installed")
         return cls
@@ -553,7 +238,7 @@ def install() -> None:
         replacements = {
             "torch": TorchProfile,
             "autograd": AutogradProfile,
-            "legacy": _legacy_profile_class(),
+            "legacy": legacy_profile_class(),
             "itt": emit_itt,
         }
         if replacements["legacy"] is None:
@@ -567,6 +252,8 @@ def install() -> None:
                     continue
                 namespace = vars(modules[module_name])
                 original = namespace[attr]
+                if kind != "itt":  # the shim classes check their arguments against torch's own class
+                    remember_torch_class(kind, original)
                 originals[id(original)] = replacement
                 _originals_by_replacement[id(replacement)] = original
                 done.append(_rebind(module_name, namespace, attr, original, replacement))

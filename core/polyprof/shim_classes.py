@@ -1,0 +1,84 @@
+"""The classes the shims put behind torch's profiler names (public as ``polyprof.shim.*``).
+
+* ``TorchProfile``: ``polyprof.profile`` as ``torch.profiler.profile``.
+* ``AutogradProfile`` (``polyprof.autograd_profile``): torch's
+  ``torch.autograd.profiler.profile`` API, composing a ``polyprof.profile``.
+* ``LegacyProfile``: ``polyprof.legacy.profile`` as
+  ``torch.autograd.profiler_legacy.profile``, built on first use (it needs
+  ``polyprof.legacy``).
+
+Each takes the arguments the installed torch's class takes
+(``polyprof.shim_arguments``). They are classes of their own, not polyprof's
+frontends themselves, so that ``polyprof.shim.uninstall()`` can tell the
+bindings the shims made from a ``from polyprof import profile`` made on
+purpose. Their ``__module__`` is ``"polyprof.shim"``, the module users import
+them from, so ``type(prof)`` reads ``polyprof.shim.TorchProfile``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any
+
+from polyprof.autograd_profile import AutogradProfile
+from polyprof.profiler import profile as _polyprof_profile
+from polyprof.shim_arguments import check_torch_arguments
+
+__all__ = ["AutogradProfile", "TorchProfile", "legacy_profile_class"]
+
+#: Where users import the shim classes from (their ``__module__``).
+PUBLIC_MODULE = "polyprof.shim"
+
+
+class TorchProfile(_polyprof_profile):
+    """``polyprof.profile`` as ``torch.profiler.profile`` while the shims are installed.
+
+    The same semantics and results as ``polyprof.profile``; it takes the
+    arguments the installed torch's ``torch.profiler.profile`` takes (and
+    refuses the others with torch's TypeError).
+    """
+
+    __module__ = PUBLIC_MODULE
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TorchProfile:
+        if cls is TorchProfile:  # a subclass's own __init__ decides what it takes
+            check_torch_arguments("torch", args, kwargs)
+        return super().__new__(cls)
+
+
+_legacy_class_lock = threading.Lock()
+_legacy_class: type | None = None
+
+
+def _legacy_new(cls: type, *args: Any, **kwargs: Any) -> Any:
+    if cls is _legacy_class:  # a subclass's own __init__ decides what it takes
+        check_torch_arguments("legacy", args, kwargs)
+    return object.__new__(cls)
+
+
+def legacy_profile_class() -> type | None:
+    """``LegacyProfile``, made on first use; None when ``polyprof.legacy`` is not installed."""
+    global _legacy_class
+    try:
+        legacy = importlib.import_module("polyprof.legacy")
+    except ModuleNotFoundError as exc:
+        if exc.name != "polyprof.legacy":
+            raise
+        return None
+    with _legacy_class_lock:
+        if _legacy_class is None or _legacy_class.__bases__ != (legacy.profile,):
+            _legacy_class = type(
+                "LegacyProfile",
+                (legacy.profile,),
+                {
+                    "__module__": PUBLIC_MODULE,
+                    "__qualname__": "LegacyProfile",
+                    "__new__": _legacy_new,
+                    "__doc__": (
+                        "``polyprof.legacy.profile`` as ``torch.autograd.profiler_legacy.profile`` while "
+                        "the shims are installed (accepts IPEX's ``use_xpu``)."
+                    ),
+                },
+            )
+        return _legacy_class

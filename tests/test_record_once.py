@@ -1,0 +1,161 @@
+"""torch's ``enabled`` and record-once rules, written once (``polyprof.recording.RecordOnce``).
+
+``polyprof.legacy.profile`` and the autograd shim (``polyprof.shim.AutogradProfile``) both follow
+torch's autograd and legacy profilers here; these tests hold both frontends to the same rules, and
+check the two parts of ``polyprof.profile`` that a composing frontend uses: recording on behalf of
+the frontend, and export with extra metadata.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import polyprof
+import polyprof.legacy
+from polyprof import ProfilerActivity
+from polyprof.errors import ProfilerDisabledError
+from polyprof.recording import RecordOnce, recording_gate
+
+torch = pytest.importorskip("torch")
+from torch.autograd import profiler_legacy  # noqa: E402
+
+from polyprof import shim  # noqa: E402 - needs torch
+
+CPU = [ProfilerActivity.CPU]
+
+FRONTENDS: dict[str, Callable[..., Any]] = {
+    "legacy": polyprof.legacy.profile,
+    "autograd": shim.AutogradProfile,
+}
+
+
+def work() -> None:
+    torch.add(torch.ones(4), torch.ones(4))
+
+
+# ------------------------------------------------------------------ the policy
+
+
+def test_record_once_enters_once_and_leaves_once() -> None:
+    once = RecordOnce(enabled=True, frontend="example.profile")
+    started: list[int] = []
+    assert not once.entered
+    assert once.enter(lambda: started.append(1)) is True
+    assert started == [1] and once.entered and once.recording and not once.finished
+    with pytest.raises(RuntimeError, match="not reentrant: this profile is already recording"):
+        once.enter(lambda: started.append(2))
+    assert once.leave() is True
+    assert once.finished and not once.recording and once.entered
+    assert once.leave() is False  # one recording, one end
+    with pytest.raises(
+        RuntimeError,
+        match=r"not reentrant: this example.profile has already recorded once; create a new "
+        r"example.profile\(\.\.\.\) to profile again",
+    ):
+        once.enter(lambda: started.append(3))
+    assert started == [1]
+    once.check_enabled("table()")  # enabled: no error
+
+
+def test_record_once_an_entry_that_failed_may_be_retried() -> None:
+    once = RecordOnce(enabled=True, frontend="example.profile")
+
+    def fail() -> None:
+        raise OSError("no device")
+
+    with pytest.raises(OSError, match="no device"):
+        once.enter(fail)
+    assert not once.entered and not once.recording
+    assert once.leave() is False  # nothing to end
+    assert once.enter(lambda: None) is True
+
+
+def test_record_once_disabled_records_nothing_and_names_the_frontend() -> None:
+    once = RecordOnce(enabled=False, frontend="example.profile")
+    called: list[int] = []
+    for _ in range(2):  # as torch: a disabled profile may be entered any number of times
+        assert once.enter(lambda: called.append(1)) is False
+        assert once.leave() is False
+    assert called == [] and not once.entered
+    with pytest.raises(
+        ProfilerDisabledError,
+        match=r"table\(\): the profiler was disabled \(enabled=False\), so it recorded nothing. Create it "
+        r"with example.profile\(enabled=True, \.\.\.\) to get results",
+    ):
+        once.check_enabled("table()")
+
+
+# ------------------------------------------------------------------ both frontends, one rule
+
+
+@pytest.mark.parametrize("frontend", sorted(FRONTENDS))
+def test_a_profile_records_once_with_the_same_words(frontend: str) -> None:
+    prof = FRONTENDS[frontend]()
+    with prof:
+        work()
+        assert recording_gate.current() is prof  # the frontend itself holds the gate
+        with pytest.raises(RuntimeError, match="not reentrant: this profile is already recording"):
+            prof.__enter__()
+        work()
+    assert sum(a.count for a in prof.key_averages() if a.key == "aten::add") == 2
+    with pytest.raises(RuntimeError, match=r"not reentrant: .* has already recorded once; create a new"):
+        prof.__enter__()
+    assert recording_gate.current() is None
+    assert not torch.autograd._profiler_enabled()
+
+
+@pytest.mark.parametrize("frontend", sorted(FRONTENDS))
+def test_a_disabled_profile_may_be_entered_again_as_in_torch(frontend: str) -> None:
+    prof = FRONTENDS[frontend](enabled=False)
+    for _ in range(2):
+        with prof as entered:
+            assert entered is prof  # torch returns None here (a documented difference)
+            assert recording_gate.current() is None and not torch.autograd._profiler_enabled()
+            work()
+    assert not prof.entered
+    with pytest.raises(ProfilerDisabledError, match=r"key_averages\(\): the profiler was disabled"):
+        prof.key_averages()
+
+
+@pytest.mark.parametrize("torch_cls", [torch.autograd.profiler.profile, profiler_legacy.profile])
+def test_torch_disabled_profiles_may_be_entered_again(torch_cls: Any) -> None:
+    """The oracle for the test above."""
+    prof = torch_cls(enabled=False)
+    for _ in range(2):
+        with prof as entered:
+            assert entered is None
+    assert not getattr(prof, "entered", False)  # torch's autograd profile sets none when disabled
+
+
+# ------------------------------------------------------------------ what a composing frontend uses
+
+
+def test_a_profile_recording_on_behalf_of_a_frontend_names_it_at_the_gate() -> None:
+    frontend = object()
+    prof = polyprof.profile.on_behalf_of(frontend, activities=CPU)
+    assert type(prof) is polyprof.profile
+    with prof:
+        assert recording_gate.current() is frontend
+        with pytest.raises(RuntimeError, match=r"already recording \(<object object"):
+            polyprof.profile(activities=CPU).start()
+        work()
+    assert recording_gate.current() is None
+    assert "aten::add" in {e.key for e in prof.key_averages()}
+
+
+def test_export_adds_metadata_to_the_file_it_writes(tmp_path: Path) -> None:
+    with polyprof.profile(activities=CPU) as prof:
+        work()
+    path = prof.export(tmp_path / "a.json", metadata_json={"run": '"nightly"', "epoch": "3"})
+    written = json.loads(Path(path).read_text())
+    assert written["run"] == "nightly" and written["epoch"] == 3
+    assert "run" not in prof.trace.metadata_json  # the profile's own trace is unchanged
+    assert "run" not in json.loads(Path(prof.export(tmp_path / "b.json")).read_text())
+    with pytest.raises(ValueError, match="metadata value for 'bad' is not valid JSON"):
+        prof.export(tmp_path / "c.json", metadata_json={"bad": "not json"})
+    assert not (tmp_path / "c.json").exists()

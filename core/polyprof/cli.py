@@ -44,13 +44,13 @@ _MAX_CELL_WIDTH = {"STATUS": 56, "PROVIDES": 44}
 # ---------------------------------------------------------------- logging
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is at the time (test capture swaps it)."""
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> TextIO:
         return sys.stderr
 
@@ -141,7 +141,7 @@ def format_plugin_table(infos: Sequence[PluginInfo]) -> str:
         for i in range(max(len(c) for c in cells)):
             parts = [(c[i] if i < len(c) else "").ljust(w) for c, w in zip(cells, widths, strict=True)]
             lines.append("  ".join(parts).rstrip())
-    counts = Counter(info.status for info in infos)
+    counts: Counter[str] = Counter(info.status for info in infos)
     shown = [s for s in PLUGIN_STATUSES if counts[s] or s in ("loaded", "failed")]
     lines.append("")
     lines.append(f"{len(infos)} plugins: " + ", ".join(f"{counts[s]} {s}" for s in shown))

@@ -37,13 +37,23 @@ if TYPE_CHECKING:
     from polyprof.tree import EventTree
 
 
+# Typed converters: mypy's attrs plugin cannot bind frozenset's or tuple's type variable when
+# the converter is the class itself.
+def _activity_set(values: Iterable[ProfilerActivity]) -> frozenset[ProfilerActivity]:
+    return frozenset(values)
+
+
+def _name_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
 @attrs.frozen
 class Capabilities:
     """What one plugin provides; shown by ``polyprof plugins``."""
 
-    activities: frozenset[ProfilerActivity] = attrs.field(default=frozenset(), converter=frozenset)
-    exporters: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    aggregators: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    activities: frozenset[ProfilerActivity] = attrs.field(default=frozenset(), converter=_activity_set)
+    exporters: tuple[str, ...] = attrs.field(default=(), converter=_name_tuple)
+    aggregators: tuple[str, ...] = attrs.field(default=(), converter=_name_tuple)
     #: None when usable here, else the reason it is not ("no CUDA driver").
     unavailable_reason: str | None = None
     #: How it records here, when that can differ (``polyprof plugins`` shows it next to the status),

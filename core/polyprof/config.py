@@ -14,13 +14,23 @@ import inspect
 import math
 import numbers
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from polyprof.activity import ProfilerActivity
 from polyprof.errors import PolyprofError, PolyprofWarning
+
+
+# Typed converters: mypy's attrs plugin cannot bind frozenset's type variable when the
+# converter is the class itself.
+def _activity_set(values: Iterable[ProfilerActivity]) -> frozenset[ProfilerActivity]:
+    return frozenset(values)
+
+
+def _name_set(values: Iterable[str]) -> frozenset[str]:
+    return frozenset(values)
 
 
 def _frozen_filters(value: Mapping[Any, Any] | None) -> Mapping[ProfilerActivity, frozenset[str]]:
@@ -32,7 +42,7 @@ class ProfileConfig:
     """What to record. Immutable; shared with tracers on any thread."""
 
     #: Activities asked for (after resolving defaults).
-    activities: frozenset[ProfilerActivity] = attrs.field(converter=frozenset)
+    activities: frozenset[ProfilerActivity] = attrs.field(converter=_activity_set)
     #: Dict form of ``activities``: per activity, the activity types to keep (empty = all).
     activity_filters: Mapping[ProfilerActivity, frozenset[str]] = attrs.field(
         factory=dict, converter=_frozen_filters
@@ -56,7 +66,7 @@ class ProfileConfig:
     trace_id: str = ""
     #: Activities torch's own collector records for device plugins (``polyprof_torch_collector_activities``),
     #: as ``torch.profiler.ProfilerActivity`` member names ("CUDA", "XPU"); filled by the session.
-    torch_activities: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    torch_activities: frozenset[str] = attrs.field(default=frozenset(), converter=_name_set)
     #: Free-form options for plugins (``polyprof run`` flags, plugin settings).
     options: Mapping[str, Any] = attrs.field(factory=dict)
 

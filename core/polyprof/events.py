@@ -204,7 +204,7 @@ def intern_structured_column(values: Iterable[Any]) -> tuple[np.ndarray, tuple]:
     """
     interner = Interner()
     table: list[Any] = []
-    indices = []
+    indices: list[int] = []
     append = indices.append
     for value in values:
         if not value:
@@ -270,12 +270,12 @@ class EventBatch:
             raise ValueError(f"unknown event fields {unknown}; valid fields: {sorted(FIELDS)}")
         n = len(np.asarray(columns["kind"]))
         frozen = {name: _as_column(name, values, n) for name, values in columns.items()}
-        tables = {k: tuple(v) for k, v in (tables or {}).items()}
+        frozen_tables = {k: tuple(v) for k, v in (tables or {}).items()}
         for name, arr in frozen.items():
             if FIELDS[name].interned:
-                _check_indices(name, arr, len(tables.setdefault(name, ())))
+                _check_indices(name, arr, len(frozen_tables.setdefault(name, ())))
         lazy = {k: v for k, v in (deferred or {}).items() if k not in frozen}
-        return cls(source=source, columns=frozen, tables=tables, deferred=lazy)
+        return cls(source=source, columns=frozen, tables=frozen_tables, deferred=lazy)
 
     @classmethod
     def empty(cls, source: str = "") -> EventBatch:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 from polyprof._log import get_logger
 from polyprof.recording import RecordingInProgressError, recording_gate
@@ -154,7 +154,7 @@ class emit_itt:  # noqa: N801 - torch's name
             raise
         return self
 
-    def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> bool:
+    def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> Literal[False]:
         if not self.enabled or not self.entered:
             return False
         try:

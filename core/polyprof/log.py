@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-_STDLIB_PROCESSORS = [
+_STDLIB_PROCESSORS: list[Any] = [
     structlog.processors.add_log_level,
     structlog.processors.format_exc_info,
     structlog.processors.KeyValueRenderer(key_order=["event"], sort_keys=True),

@@ -54,7 +54,7 @@ import functools
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -1322,6 +1322,11 @@ def _backward_stacks(
 # ------------------------------------------------------------- whole traces
 
 
+def _trace_tuple(traces: Iterable[Trace]) -> tuple[Trace, ...]:
+    # Typed: mypy's attrs plugin cannot bind tuple's type variable for converter=tuple.
+    return tuple(traces)
+
+
 @attrs.frozen(eq=False)
 class MergedTrace(Trace):
     """Several cycles' traces as one (torch's ``acc_events``): their events, newest cycle first.
@@ -1333,7 +1338,7 @@ class MergedTrace(Trace):
 
     #: The cycles' traces in the order of ``events`` (newest first); each row's
     #: ``trace_index`` in the merged trace's tree names one of them.
-    cycles: tuple[Trace, ...] = attrs.field(default=(), converter=tuple)
+    cycles: tuple[Trace, ...] = attrs.field(default=(), converter=_trace_tuple)
 
 
 def tree_for(trace: Trace, use_device: str | None) -> EventTree:

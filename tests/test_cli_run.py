@@ -20,15 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from polyprof.cli_run import (
-    EXIT_USAGE,
-    RunTarget,
-    ScheduleSpec,
-    add_run_command,
-    outcome_of_exit,
-    parse_activities,
-    parse_schedule,
-)
+from polyprof.cli_run import EXIT_USAGE, add_run_command
+from polyprof.run_options import ScheduleSpec, parse_activities, parse_schedule
+from polyprof.run_target import RunTarget, outcome_of_exit
 
 pytest.importorskip("torch")
 
@@ -254,6 +248,7 @@ def test_a_script_that_raises_shows_its_traceback_and_still_writes(runs) -> None
     traceback_text = err[err.index("Traceback (most recent call last):") :]
     assert "raises.py" in traceback_text and "failing_step" in traceback_text
     assert "runpy" not in traceback_text and "cli_run" not in traceback_text
+    assert "run_target.py" not in traceback_text
     assert err.index("trace written to") < err.index("Traceback")  # the profile first, the error last
 
 
@@ -535,7 +530,8 @@ def test_the_output_dir_is_made_before_the_script_runs_and_kept_when_it_changes_
     monkeypatch.chdir(tmp_path)
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "moves.py").write_text(
-        "import os, torch\nprint('MADE', os.path.isdir('new/out'))\nos.chdir('elsewhere')\ntorch.ones(2) + 1\n"
+        "import os, torch\nprint('MADE', os.path.isdir('new/out'))\n"
+        "os.chdir('elsewhere')\ntorch.ones(2) + 1\n"
     )
     args = parse(["--output-dir", os.path.join("new", "out"), "moves.py"])
     try:

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from polyprof import kineto_format, torch_result
 from polyprof.events import DeviceType, EventKind
 

@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import numpy as np
@@ -195,7 +195,7 @@ class profile:  # noqa: N801 - torch's name
             self._lifecycle.close()
             raise
 
-    def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> bool:
+    def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> Literal[False]:
         if not self.enabled:
             return False
         if not self._once.leave():

@@ -141,7 +141,7 @@ def _strict_unknown_options(parser: argparse.ArgumentParser, valid: Sequence[str
             )
         return parsed, extras
 
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign, assignment]
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

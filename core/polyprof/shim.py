@@ -191,7 +191,7 @@ def _is_own_module(name: str) -> bool:
 
 #: The module type's own ``__dict__`` slot: reading it runs no code of a module subclass (lazy
 #: modules that import on attribute access stay untouched).
-_MODULE_DICT = types.ModuleType.__dict__["__dict__"]
+_MODULE_DICT: Any = vars(types.ModuleType)["__dict__"]
 
 
 def _module_namespaces() -> Iterator[tuple[str, dict[str, Any]]]:

@@ -652,7 +652,9 @@ class profile:  # noqa: N801 - torch's name
             self._results = ProfileResults(
                 traces=tuple(self._traces),
                 use_device=self.use_device,
-                aggregators=self._lifecycle.session.aggregators if self._lifecycle.session is not None else None,
+                aggregators=(
+                    self._lifecycle.session.aggregators if self._lifecycle.session is not None else None
+                ),
             )
         return self._results
 
@@ -773,7 +775,8 @@ class profile:  # noqa: N801 - torch's name
 
     def __repr__(self) -> str:
         acts = ",".join(sorted(a.name for a in self.activities))
-        return f"<polyprof.profile activities={acts} step_num={self.step_num} action={self.current_action.name}>"
+        action = self.current_action.name
+        return f"<polyprof.profile activities={acts} step_num={self.step_num} action={action}>"
 
 
 def _kineto_step_tracker() -> Any:
@@ -824,8 +827,8 @@ def _load_inductor_config() -> None:
         return
     try:
         if hasattr(torch, "_inductor"):
-            import torch._inductor.config  # noqa: F401
-    except Exception:  # noqa: BLE001 - torch.profiler lets this raise; a broken Inductor must not stop profiling
+            import torch._inductor.config
+    except Exception:  # torch.profiler lets this raise; a broken Inductor must not stop profiling
         log.debug("inductor_config_unavailable", exc_info=True)
 
 

@@ -137,7 +137,7 @@ class Recording:
 
     @property
     def in_forked_child(self) -> bool:
-        """True in a child forked from the process that recorded: the recording and its data are the parent's."""
+        """True in a process forked from the one that recorded; its recording and data are the parent's."""
         return self._owner_pid is not None and os.getpid() != self._owner_pid
 
     @property
@@ -153,7 +153,8 @@ class Recording:
     def forked_child_message(self) -> str:
         return (
             f"this profile was started in process {self._owner_pid}; this is a child process "
-            f"({os.getpid()}) forked while it recorded, which records nothing: the parent's profile has the data"
+            f"({os.getpid()}) forked while it recorded, which records nothing: the parent's profile has "
+            "the data"
         )
 
     # ------------------------------------------------------------ lifecycle
@@ -192,7 +193,7 @@ class Recording:
             return
         try:
             self._session.abort()
-        except Exception:  # noqa: BLE001 - already failing; keep the first error
+        except Exception:  # already failing; keep the first error
             log.warning("session_abort_failed", exc_info=True)
 
     def trace_ready(self, trace: Any) -> None:
@@ -214,7 +215,7 @@ class Recording:
                 self._session_closed = True
                 try:
                     self._session.shutdown()
-                except Exception:  # noqa: BLE001 - cleanup; plugin errors are already isolated and warned
+                except Exception:  # cleanup; plugin errors are already isolated and warned
                     log.warning("session_shutdown_failed", exc_info=True)
         finally:
             recording_gate.release(self._holder)

@@ -28,7 +28,6 @@ from polyprof.activity import ProfilerActivity
 from polyprof.events import DeviceType, EventBatch, EventKind
 from polyprof.kineto_format import kind_by_activity_type
 from polyprof.torch_result import CollectorResult, TorchResultTracer, decode_device_rows, kineto_device_reason
-
 from polyprof_cuda.device import DeviceInfo, cuda_initialized
 
 SOURCE = "cuda_kineto"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import threading
 import traceback
-from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Protocol, cast
 
 import attrs
 import pluggy
@@ -174,7 +174,7 @@ class HookCalls:
                     raise
                 self.record_failure(impl.plugin_name, hook_name, exc)
                 continue
-            results = [outcome] if firstresult else list(outcome)  # type: ignore[arg-type]
+            results: list[Any] = [outcome] if firstresult else list(cast("Iterable[Any]", outcome))
             for result in results:
                 if result is not None:
                     yield impl.plugin_name, result

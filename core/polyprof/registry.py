@@ -442,7 +442,7 @@ class PolyprofPluginManager(pluggy.PluginManager):
     def _components(
         self, hook_name: str, kind: type, config: ProfileConfig, *, isolate_errors: bool = False
     ) -> list[tuple[str, Any]]:
-        found = []
+        found: list[tuple[str, Any]] = []
         for plugin, result in self._iter_each(hook_name, {"config": config}, isolate_errors=isolate_errors):
             try:
                 components = self._checked_components(plugin, hook_name, kind, result)

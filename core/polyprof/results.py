@@ -99,7 +99,7 @@ def _wrap_summary(
             avg.input_shapes = ""
         if not summary.group_by_overload_name and hasattr(avg, "overload_name"):
             avg.overload_name = ""
-        avg.stack = avg.stack[:n_stack] if n_stack > 0 else []
+        avg.stack = (avg.stack or [])[:n_stack] if n_stack > 0 else []
         averages.append(avg)
     return EventList(
         averages, use_device=tree.use_device, profile_memory=profile_memory, with_flops=with_flops
@@ -135,7 +135,7 @@ def average_by_key(
     """
     if include_python_functions is None:
         include_python_functions = not post_processing_rules().key_averages_skips_python_functions
-    grouping = {
+    grouping: dict[str, Any] = {
         "group_by_input_shape": bool(group_by_input_shape),
         "group_by_stack_n": group_by_stack_n,
         "group_by_overload_name": bool(group_by_overload_name),

@@ -51,7 +51,7 @@ def _torch_device_types() -> dict[int, Any]:
         from torch.autograd import DeviceType as TorchDeviceType
     except ImportError:
         return _POLYPROF_DEVICE_TYPES
-    return {int(m): m for m in TorchDeviceType.__members__.values()}
+    return {int(m.value): m for m in TorchDeviceType.__members__.values()}
 
 
 def device_type_member(value: int) -> Any:

@@ -208,6 +208,7 @@ def test_examples_keep_torch_names() -> None:
 # ------------------------------------------------------------------ IPEX legacy profiler
 
 
+@pytest.mark.slow
 def test_legacy_use_tool_prints_the_averages_table(runs: dict[str, Run]) -> None:
     run = ok(runs, "legacy_use_tool")
     assert profiled_by(run) == "polyprof.shim.LegacyProfile"
@@ -218,6 +219,7 @@ def test_legacy_use_tool_prints_the_averages_table(runs: dict[str, Run]) -> None
     assert "the script started its own profiler (polyprof.shim.LegacyProfile)" in run.stderr
 
 
+@pytest.mark.slow
 def test_legacy_disabled_raises_a_clear_error(runs: dict[str, Run]) -> None:
     run = runs["legacy_disabled"]
     assert run.returncode == 1
@@ -234,6 +236,7 @@ def test_legacy_disabled_raises_a_clear_error(runs: dict[str, Run]) -> None:
     assert list((run.workdir / "polyprof-out").glob("disabled.*.pt.trace.json"))
 
 
+@pytest.mark.slow
 def test_legacy_sort_by_id_lists_events_newest_first(runs: dict[str, Run]) -> None:
     run = ok(runs, "legacy_sort_by_id")
     assert profiled_by(run) == "polyprof.shim.LegacyProfile"
@@ -249,6 +252,7 @@ def test_legacy_sort_by_id_lists_events_newest_first(runs: dict[str, Run]) -> No
     assert names.index("aten::sort") < names.index("aten::_unique2")
 
 
+@pytest.mark.slow
 def test_legacy_chrome_trace_is_a_json_array(runs: dict[str, Run]) -> None:
     run = ok(runs, "legacy_chrome_trace")
     assert profiled_by(run) == "polyprof.shim.LegacyProfile"
@@ -292,6 +296,7 @@ def check_xpu_without_a_usable_plugin(run: Run) -> None:
     assert set(GUIDE_OPS) <= {row[0] for row in table.rows}
 
 
+@pytest.mark.slow
 def test_legacy_use_xpu_without_plugin_names_polyprof_xpu(runs: dict[str, Run]) -> None:
     check_xpu_without_a_usable_plugin(ok(runs, "legacy_xpu_without_plugin"))
 
@@ -299,6 +304,7 @@ def test_legacy_use_xpu_without_plugin_names_polyprof_xpu(runs: dict[str, Run]) 
 # ------------------------------------------------------------------ IPEX Kineto profiler
 
 
+@pytest.mark.slow
 def test_kineto_use_tool_prints_the_averages_table(runs: dict[str, Run]) -> None:
     run = ok(runs, "kineto_use_tool")
     assert profiled_by(run) == "polyprof.shim.TorchProfile"
@@ -308,6 +314,7 @@ def test_kineto_use_tool_prints_the_averages_table(runs: dict[str, Run]) -> None
     assert table.counts() == torch_key_counts(legacy=False)
 
 
+@pytest.mark.slow
 def test_kineto_schedule_calls_the_handler_per_cycle(runs: dict[str, Run]) -> None:
     run = ok(runs, "kineto_schedule")
     assert profiled_by(run) == "polyprof.shim.TorchProfile"
@@ -328,6 +335,7 @@ def test_kineto_schedule_calls_the_handler_per_cycle(runs: dict[str, Run]) -> No
         assert steps == [f"ProfilerStep#{recorded_step}"]
 
 
+@pytest.mark.slow
 def test_kineto_contextlib_switch_on_profiles(runs: dict[str, Run]) -> None:
     run = ok(runs, "kineto_switch_on")
     assert "profiling was on: profiled by polyprof.shim.TorchProfile" in run.stdout
@@ -337,6 +345,7 @@ def test_kineto_contextlib_switch_on_profiles(runs: dict[str, Run]) -> None:
     load_kineto_trace(run.workdir / "trace_4.json")
 
 
+@pytest.mark.slow
 def test_kineto_contextlib_switch_off_runs_without_the_profiler(runs: dict[str, Run]) -> None:
     run = ok(runs, "kineto_switch_off")
     assert run.stdout.strip() == "profiling was off: the script ran under contextlib.nullcontext()"
@@ -348,6 +357,7 @@ def test_kineto_contextlib_switch_off_runs_without_the_profiler(runs: dict[str, 
     assert op_names(load_kineto_trace(trace_path)).count("aten::linear") == 16
 
 
+@pytest.mark.slow
 def test_kineto_multi_device_writes_a_kineto_trace(runs: dict[str, Run]) -> None:
     run = ok(runs, "kineto_multi_device")
     assert profiled_by(run) == "polyprof.shim.TorchProfile"
@@ -355,6 +365,7 @@ def test_kineto_multi_device_writes_a_kineto_trace(runs: dict[str, Run]) -> None
     assert op_names(trace).count("aten::add") == 2
 
 
+@pytest.mark.slow
 def test_kineto_xpu_without_plugin_names_polyprof_xpu(runs: dict[str, Run]) -> None:
     check_xpu_without_a_usable_plugin(ok(runs, "kineto_xpu_without_plugin"))
 
@@ -362,6 +373,7 @@ def test_kineto_xpu_without_plugin_names_polyprof_xpu(runs: dict[str, Run]) -> N
 # ------------------------------------------------------------------ PyTorch profiler notes
 
 
+@pytest.mark.slow
 def test_torch_demo_start_stop(runs: dict[str, Run]) -> None:
     run = ok(runs, "torch_demo_start_stop")
     assert profiled_by(run) == "polyprof.shim.TorchProfile"
@@ -377,6 +389,7 @@ def test_torch_demo_start_stop(runs: dict[str, Run]) -> None:
     assert convs and convs[0]["args"]["Input Dims"][0] == [5, 3, 224, 224]
 
 
+@pytest.mark.slow
 def test_torch_with_record_function(runs: dict[str, Run]) -> None:
     run = ok(runs, "torch_with_record_function")
     assert profiled_by(run) == "polyprof.shim.TorchProfile"
@@ -388,6 +401,7 @@ def test_torch_with_record_function(runs: dict[str, Run]) -> None:
     assert first[-1] == "1"
 
 
+@pytest.mark.slow
 def test_torch_schedule_steps(runs: dict[str, Run]) -> None:
     run = ok(runs, "torch_schedule_steps")
     assert profiled_by(run) == "polyprof.shim.TorchProfile"

@@ -197,6 +197,7 @@ def event_names(trace: dict) -> set[str]:
 # ------------------------------------------------------------------ subprocess runs
 
 
+@pytest.mark.slow
 def test_a_script_that_profiles_itself_gets_polyprof(runs) -> None:
     run = runs["self_profiling"]
     assert run.returncode == 0, run.stderr
@@ -206,6 +207,7 @@ def test_a_script_that_profiles_itself_gets_polyprof(runs) -> None:
     assert run.written() == [] and run.traces() == []  # the whole-script profile stepped aside
 
 
+@pytest.mark.slow
 def test_the_legacy_profiler_takes_use_xpu(runs) -> None:
     if "legacy" not in runs:
         pytest.skip("polyprof.legacy is not installed")
@@ -216,6 +218,7 @@ def test_the_legacy_profiler_takes_use_xpu(runs) -> None:
     assert "started its own profiler (polyprof.shim.LegacyProfile)" in run.stderr
 
 
+@pytest.mark.slow
 def test_a_script_that_does_not_profile_itself_is_profiled_whole(runs) -> None:
     run = runs["plain"]
     assert run.returncode == 0, run.stderr
@@ -239,6 +242,7 @@ def test_a_script_that_does_not_profile_itself_is_profiled_whole(runs) -> None:
     assert trace["record_shapes"] == 1
 
 
+@pytest.mark.slow
 def test_a_script_that_raises_shows_its_traceback_and_still_writes(runs) -> None:
     run = runs["raises"]
     assert run.returncode == 1
@@ -252,6 +256,7 @@ def test_a_script_that_raises_shows_its_traceback_and_still_writes(runs) -> None
     assert err.index("trace written to") < err.index("Traceback")  # the profile first, the error last
 
 
+@pytest.mark.slow
 def test_sys_exit_code_is_the_exit_status(runs) -> None:
     run = runs["exits"]
     assert run.returncode == 3
@@ -259,6 +264,7 @@ def test_sys_exit_code_is_the_exit_status(runs) -> None:
     assert len(run.traces()) == 1
 
 
+@pytest.mark.slow
 def test_module_form_runs_as_main_with_its_arguments(runs) -> None:
     run = runs["module"]
     assert run.returncode == 0, run.stderr
@@ -268,6 +274,7 @@ def test_module_form_runs_as_main_with_its_arguments(runs) -> None:
     assert trace.name.startswith("runnable_pkg.tool.")
 
 
+@pytest.mark.slow
 def test_schedule_counts_optimizer_steps(runs) -> None:
     run = runs["schedule"]
     assert run.returncode == 0, run.stderr
@@ -283,6 +290,7 @@ def test_schedule_counts_optimizer_steps(runs) -> None:
     assert "aten::addmm" in event_names(first)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -13,7 +13,9 @@ from polyprof import ProfilerActivity, profile, record_function
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", default="polyprof-out", help="directory for the trace (default: %(default)s)")
+    parser.add_argument(
+        "--out", default="polyprof-out", help="directory for the trace (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
 
     torch.manual_seed(0)

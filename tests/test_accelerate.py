@@ -269,6 +269,7 @@ def check_kineto_trace(path: Path) -> dict:
 # --------------------------------------------------------------------------- the samples
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_sample_through_polyprof_run(script: str, polyprof_runs: dict[str, Run]) -> None:
     run = polyprof_runs[script].check()
@@ -293,6 +294,7 @@ def test_sample_in_process_with_shims(
     check_sample_output(script, run)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", TABLE_SCRIPTS)
 def test_sample_tables_match_torch(
     script: str, polyprof_runs: dict[str, Run], torch_runs: dict[str, Run]

@@ -222,6 +222,7 @@ def run_polyprof(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.
     )
 
 
+@pytest.mark.slow
 def test_python_m_polyprof_plugins_json_discovers_installed_distribution(site_dir, tmp_path):
     result = run_polyprof(["plugins", "--json"], subprocess_env(site_dir), tmp_path)
     assert result.returncode == 0, result.stderr
@@ -233,6 +234,7 @@ def test_python_m_polyprof_plugins_json_discovers_installed_distribution(site_di
     assert set(BUILTIN_PLUGINS) <= set(records)
 
 
+@pytest.mark.slow
 def test_python_m_polyprof_plugins_table_autoload_off_and_tracing(site_dir, tmp_path):
     env = subprocess_env(site_dir, **{DISABLE_AUTOLOAD_ENV: "1", TRACE_ENV: "1"})
     result = run_polyprof(["plugins"], env, tmp_path)
@@ -248,6 +250,7 @@ def test_python_m_polyprof_plugins_table_autoload_off_and_tracing(site_dir, tmp_
     assert "hook_call" not in result.stdout
 
 
+@pytest.mark.slow
 def test_console_script(site_dir, tmp_path):
     script = Path(sys.executable).parent / "polyprof"
     if not script.exists():

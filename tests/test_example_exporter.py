@@ -19,6 +19,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+pytestmark = pytest.mark.slow  # every test runs pip or python -m polyprof in a subprocess
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "polyprof-example-exporter"
 
 

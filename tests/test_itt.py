@@ -488,6 +488,7 @@ def _tasks(lines: list[list[str]], domain: str) -> list[str]:
     return [f"B {f[3]}" if f[0] == "B" else "E" for f in lines if f[0] in "BE" and f[2] == domain]
 
 
+@pytest.mark.slow
 def test_itt_ranges_and_emit_itt_reach_collector(collector: Path, tmp_path: Path) -> None:
     lines = _run_with_collector(
         collector,
@@ -519,6 +520,7 @@ def test_itt_ranges_and_emit_itt_reach_collector(collector: Path, tmp_path: Path
         assert depth > 0 or i == len(rest) - 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "emit, rng",
     [
@@ -569,6 +571,7 @@ def test_seed_recipe_through_polyprof_run(collector: Path, tmp_path: Path, emit:
     assert tasks.count("E") * 2 == len(tasks)
 
 
+@pytest.mark.slow
 def test_itt_exporter_replays_profile_into_collector(collector: Path, tmp_path: Path) -> None:
     pytest.importorskip("ittapi")
     lines = _run_with_collector(

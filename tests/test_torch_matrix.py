@@ -43,9 +43,10 @@ def test_subset_selects_oracle_files_and_version_files_only():
     assert not conftest._in_torch_oracle("test_torch_matrix.py")  # needs no torch: not torch-version work
 
 
-@pytest.fixture
-def junit(tmp_path: Path) -> Path:
-    """A junit XML written by a real pytest run: 2 passed, 1 failed, 1 skipped, 1 error."""
+@pytest.fixture(scope="module")
+def junit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A junit XML written by a real pytest run: 2 passed, 1 failed, 1 skipped, 1 error (read only)."""
+    tmp_path = tmp_path_factory.mktemp("junit")
     (tmp_path / "test_sample.py").write_text(
         textwrap.dedent(
             """
@@ -76,6 +77,7 @@ def junit(tmp_path: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_junit_counts(junit: Path):
     counts = matrix.read_junit(junit)
     assert (counts["passed"], counts["failed"], counts["errors"], counts["skipped"], counts["total"]) == (
@@ -89,6 +91,7 @@ def test_junit_counts(junit: Path):
     assert sorted(ids) == ["ERROR test_sample.py::test_error", "FAILED test_sample.py::test_bad"]
 
 
+@pytest.mark.slow
 def test_summary_adds_runs_and_fails_if_any_failed(junit: Path, tmp_path: Path, capsys):
     passing = tmp_path / "torch-9.9.0.json"
     passing.write_text(

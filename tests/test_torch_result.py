@@ -103,6 +103,7 @@ def _profile(plugin: _DevicePlugin, activities: list[ProfilerActivity]) -> Any:
     return prof
 
 
+@pytest.mark.slow
 def test_device_tracers_get_the_collector_result_in_a_real_session() -> None:
     """The sessions ask torch's CPU build for CUDA, which leaves Kineto device state behind for the
     rest of the process (other tests' torch traces would gain device lanes): own process."""

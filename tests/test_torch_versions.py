@@ -442,6 +442,7 @@ def test_without_a_nested_profiler_nothing_is_noted() -> None:
 # ------------------------------------------------- what torch.profiler does first
 
 
+@pytest.mark.slow
 def test_inductor_is_loaded_before_recording_as_torch_does() -> None:
     """torch.profiler's prepare_trace imports Inductor before its collector starts (2.6-2.15).
 

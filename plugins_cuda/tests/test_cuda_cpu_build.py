@@ -99,6 +99,7 @@ def test_a_cuda_only_request_is_a_clear_error_not_a_crash() -> None:
             _workload()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.version.cuda is not None, reason="the installed torch is a CUDA build")
 def test_polyprof_plugins_lists_cuda_as_unavailable_with_the_reason() -> None:
     """The real command, with the installed CPU build of torch (the fixture does not reach a child)."""

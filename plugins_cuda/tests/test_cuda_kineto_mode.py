@@ -179,6 +179,7 @@ def test_with_a_cuda_build_of_torch_the_plugin_records_cuda_through_torchs_colle
     )
 
 
+@pytest.mark.slow
 def test_a_session_in_kineto_mode_asks_torchs_collector_for_cuda() -> None:
     """In its own process: asking torch's CPU build for CUDA leaves Kineto device state behind."""
     from pathlib import Path

@@ -53,6 +53,7 @@ def test_with_an_xpu_build_xpu_comes_from_torchs_collector(
     assert xpu_plugin.polyprof_make_tracers(cpu_only) == []
 
 
+@pytest.mark.slow
 def test_the_session_asks_torchs_collector_for_xpu() -> None:
     """In its own process: asking torch's CPU build for XPU leaves Kineto device state behind."""
     from pathlib import Path

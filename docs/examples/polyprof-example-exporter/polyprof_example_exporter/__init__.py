@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import polyprof
 from polyprof.components import Capabilities
+
 from polyprof_example_exporter.csv_exporter import COLUMNS, DEFAULT_COLUMNS, CsvExporter
 
 if TYPE_CHECKING:

@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
 from polyprof.components import Exporter
 from polyprof.events import DeviceType, EventBatch, EventKind
 from polyprof.trace import Trace

@@ -10,12 +10,12 @@ import csv
 import gzip
 import os
 
-import polyprof_example_exporter
 import pytest
-from polyprof_example_exporter import COLUMNS, CsvExporter
-
 from polyprof.events import EventKind
 from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
+
+import polyprof_example_exporter
+from polyprof_example_exporter import COLUMNS, CsvExporter
 
 T0 = 1_700_000_000_000_000_000  # an epoch timestamp in ns
 

@@ -1,37 +1,26 @@
-"""torch's ``enabled`` and record-once rules, written once (``polyprof.recording.RecordOnce``).
+"""torch's ``enabled`` and record-once rule, written once (``polyprof.recording.RecordOnce``).
 
-``polyprof.legacy.profile`` and the autograd shim (``polyprof.shim.AutogradProfile``) both follow
-torch's autograd and legacy profilers here; these tests hold both frontends to the same rules, and
-check the two parts of ``polyprof.profile`` that a composing frontend uses: recording on behalf of
-the frontend, and export with extra metadata.
+``polyprof.legacy.profile`` and the autograd shim (``polyprof.shim.AutogradProfile``) both compose
+it; tests/test_shim.py holds both frontends, and torch, to the same rule. Here: the policy itself,
+and the two parts of ``polyprof.profile`` that a composing frontend uses (recording on behalf of
+the frontend, export with extra metadata).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import polyprof
-import polyprof.legacy
 from polyprof import ProfilerActivity
 from polyprof.errors import ProfilerDisabledError
 from polyprof.recording import RecordOnce, recording_gate
 
 torch = pytest.importorskip("torch")
-from torch.autograd import profiler_legacy  # noqa: E402
-
-from polyprof import shim  # noqa: E402 - needs torch
 
 CPU = [ProfilerActivity.CPU]
-
-FRONTENDS: dict[str, Callable[..., Any]] = {
-    "legacy": polyprof.legacy.profile,
-    "autograd": shim.AutogradProfile,
-}
 
 
 def work() -> None:
@@ -88,48 +77,6 @@ def test_record_once_disabled_records_nothing_and_names_the_frontend() -> None:
         r"with example.profile\(enabled=True, \.\.\.\) to get results",
     ):
         once.check_enabled("table()")
-
-
-# ------------------------------------------------------------------ both frontends, one rule
-
-
-@pytest.mark.parametrize("frontend", sorted(FRONTENDS))
-def test_a_profile_records_once_with_the_same_words(frontend: str) -> None:
-    prof = FRONTENDS[frontend]()
-    with prof:
-        work()
-        assert recording_gate.current() is prof  # the frontend itself holds the gate
-        with pytest.raises(RuntimeError, match="not reentrant: this profile is already recording"):
-            prof.__enter__()
-        work()
-    assert sum(a.count for a in prof.key_averages() if a.key == "aten::add") == 2
-    with pytest.raises(RuntimeError, match=r"not reentrant: .* has already recorded once; create a new"):
-        prof.__enter__()
-    assert recording_gate.current() is None
-    assert not torch.autograd._profiler_enabled()
-
-
-@pytest.mark.parametrize("frontend", sorted(FRONTENDS))
-def test_a_disabled_profile_may_be_entered_again_as_in_torch(frontend: str) -> None:
-    prof = FRONTENDS[frontend](enabled=False)
-    for _ in range(2):
-        with prof as entered:
-            assert entered is prof  # torch returns None here (a documented difference)
-            assert recording_gate.current() is None and not torch.autograd._profiler_enabled()
-            work()
-    assert not prof.entered
-    with pytest.raises(ProfilerDisabledError, match=r"key_averages\(\): the profiler was disabled"):
-        prof.key_averages()
-
-
-@pytest.mark.parametrize("torch_cls", [torch.autograd.profiler.profile, profiler_legacy.profile])
-def test_torch_disabled_profiles_may_be_entered_again(torch_cls: Any) -> None:
-    """The oracle for the test above."""
-    prof = torch_cls(enabled=False)
-    for _ in range(2):
-        with prof as entered:
-            assert entered is None
-    assert not getattr(prof, "entered", False)  # torch's autograd profile sets none when disabled
 
 
 # ------------------------------------------------------------------ what a composing frontend uses

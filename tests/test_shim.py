@@ -12,6 +12,7 @@ import sys
 import types
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,6 +25,7 @@ from torch.autograd import profiler_legacy  # noqa: E402
 
 import polyprof  # noqa: E402
 from polyprof import shim  # noqa: E402
+from polyprof.recording import recording_gate  # noqa: E402
 
 #: torch's own objects, captured before any test installs the shims. Held as attributes of an
 #: object, which install() does not scan: a module global bound to them (like the next line) would
@@ -445,6 +447,58 @@ def test_disabled_autograd_profile_records_nothing_and_says_so() -> None:
         with pytest.raises(shim.ProfilerDisabledError, match="enabled=False"):
             ask()
     assert "disabled" in repr(prof)
+
+
+# ------------------------------------------------------------------ enabled and record-once, one rule
+
+
+#: The two frontends with torch's enabled/record-once rule (polyprof.recording.RecordOnce).
+RECORD_ONCE_FRONTENDS = ("legacy", "autograd")
+
+
+def record_once_frontend(name: str, **kwargs: Any) -> Any:
+    if name == "legacy":
+        return pytest.importorskip("polyprof.legacy").profile(**kwargs)
+    return shim.AutogradProfile(**kwargs)
+
+
+@pytest.mark.parametrize("frontend", RECORD_ONCE_FRONTENDS)
+def test_a_profile_records_once_with_the_same_words(frontend: str) -> None:
+    prof = record_once_frontend(frontend)
+    with prof:
+        small_workload()
+        assert recording_gate.current() is prof  # the frontend itself holds the gate
+        with pytest.raises(RuntimeError, match="not reentrant: this profile is already recording"):
+            prof.__enter__()
+        small_workload()
+    assert sum(a.count for a in prof.key_averages() if a.key == "aten::mm") == 2
+    with pytest.raises(RuntimeError, match=r"not reentrant: .* has already recorded once; create a new"):
+        prof.__enter__()
+    assert recording_gate.current() is None
+    assert not torch.autograd._profiler_enabled()
+
+
+@pytest.mark.parametrize("frontend", RECORD_ONCE_FRONTENDS)
+def test_a_disabled_profile_may_be_entered_again_as_in_torch(frontend: str) -> None:
+    prof = record_once_frontend(frontend, enabled=False)
+    for _ in range(2):
+        with prof as entered:
+            assert entered is prof  # torch returns None here (a documented difference)
+            assert recording_gate.current() is None and not torch.autograd._profiler_enabled()
+            small_workload()
+    assert not prof.entered
+    with pytest.raises(shim.ProfilerDisabledError, match=r"key_averages\(\): the profiler was disabled"):
+        prof.key_averages()
+
+
+@pytest.mark.parametrize("torch_cls", [ORIGINAL.autograd, ORIGINAL.legacy])
+def test_torch_disabled_profiles_may_be_entered_again(torch_cls: Any) -> None:
+    """The oracle for the test above."""
+    prof = torch_cls(enabled=False)
+    for _ in range(2):
+        with prof as entered:
+            assert entered is None
+    assert not getattr(prof, "entered", False)  # torch's autograd profile sets none when disabled
 
 
 # ------------------------------------------------------------------ the legacy profiler

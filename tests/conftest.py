@@ -10,6 +10,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+from hypothesis_budget import FAST_PROFILE
 
 NOBODY_UID = 65534
 
@@ -54,6 +57,16 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if collection_path.suffix == ".py" and not _in_torch_oracle(collection_path.name):
         return True
     return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The fast subset (``-m "not slow"``) tries fewer hypothesis examples (tests/hypothesis_budget.py).
+
+    A profile chosen with ``--hypothesis-profile`` wins; every run without "not slow" in its marker
+    expression (CI's whole suite, the torch matrix) keeps every example.
+    """
+    if "not slow" in config.getoption("markexpr", "") and not config.getoption("--hypothesis-profile", None):
+        settings.load_profile(FAST_PROFILE)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from polyprof.attribution import link_launches
 from polyprof.events import DeviceType, EventKind, concat
 from polyprof.testing import make_event_batch, make_trace
@@ -185,7 +186,7 @@ def _reference_op(ops: list[dict], launch: dict) -> int:
     return 0 if best is None else best[1]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_workloads())
 def test_matches_brute_force_and_device_time_invariants(workload):
     ops, launches, kernels = workload

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bus_fakes import FakeTracer, RecordingSubscriber, same_batches
+from hypothesis_budget import examples
 from polyprof.bus import BusStatistics, EventBus
 
 # ---------------------------------------------------------------------------- fixtures
@@ -88,7 +89,7 @@ def test_concurrent_tracers_and_foreign_threads_deliver_everything_once_in_order
     bus.close()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     plan=st.lists(  # per tracer: items; per item: batch sizes
         st.lists(st.lists(st.integers(0, 40), max_size=4), max_size=12),

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bus_fakes import FakeTracer, RecordingSubscriber, same_batches
+from hypothesis_budget import examples
 from polyprof.activity import ProfilerActivity
 from polyprof.bus import DEFAULT_SUBSCRIBER_DRAIN_S, EventBus, Sink
 from polyprof.components import Subscriber
@@ -266,7 +267,7 @@ def test_sink_and_drain_arguments_are_checked():
     assert DEFAULT_SUBSCRIBER_DRAIN_S > 0
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     plan=st.lists(st.lists(st.lists(st.integers(0, 20), max_size=3), max_size=10), min_size=1, max_size=3),
     delays=st.lists(st.sampled_from([0.0, 0.002, 0.01]), min_size=1, max_size=3),

@@ -32,6 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from polyprof import kineto_format
 from polyprof.activity import ProfilerActivity
 from polyprof.chrome_reader import (
@@ -264,7 +265,7 @@ def test_timestamps_are_exact_three_decimal_microseconds(tmp_path: Path) -> None
     assert (us_to_ns(ts) + BASE).tolist() == [last_ns_of_trimonth - 123_553, T0]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.integers(min_value=0, max_value=2**43 * 1000 - 1))
 def test_us_to_ns_is_exact_for_three_decimal_values(ns: int) -> None:
     # Below 2**43 µs (101 days, more than a trimonth) doubles are closer than 1 ns apart.
@@ -1062,7 +1063,7 @@ def event_rows(draw: st.DrawFn) -> list[dict[str, Any]]:
     return rows
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=event_rows(), gz=st.booleans())
 def test_round_trip_keeps_every_column(rows: list[dict[str, Any]], gz: bool) -> None:
     batch = batch_from_rows(rows)
@@ -1203,7 +1204,7 @@ def test_chunked_rendering_matches_one_chunk_for_every_event_form(
     assert args["kernel_7"] == {"External id": 2, "device": 0, "stream": 7, "correlation": 42, "grid": [1]}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=event_rows(), chunk_events=st.integers(1, 6))
 def test_chunked_rendering_matches_one_chunk(rows: list[dict[str, Any]], chunk_events: int) -> None:
     trace = make_trace(batch_from_rows(rows))

@@ -31,6 +31,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from polyprof import cli
 from polyprof.cli_report import (
     EXIT_BAD_INPUT,
@@ -302,7 +303,9 @@ def test_group_by_input_shape_adds_the_input_shapes_column(torch_runs, report):
     assert len(data_rows(grouped.out)) > len(data_rows(report(path, "--row-limit", "-1").out))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     sort_key=st.sampled_from(["count", "cpu_time_total", "self_cpu_time_total", "cpu_time"]),
     row_limit=st.integers(min_value=-1, max_value=40),

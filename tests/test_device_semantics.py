@@ -30,6 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from polyprof import cli
 from polyprof.activity import ProfilerActivity
 from polyprof.attribution import link_launches
@@ -228,7 +229,7 @@ def _op_device_times(tree: EventTree, n_ops: int) -> dict[str, tuple[float, floa
     }
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads(), st.sampled_from(RELEASES), st.booleans())
 def test_unlinked_api_sync_and_overhead_rows_never_change_an_ops_device_time(
     workload: tuple[list[dict], list[dict], list[dict]], rules: PostProcessingRules, through_linking: bool

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from polyprof import fileio
 from polyprof.errors import PolyprofError
 from polyprof.fileio import (
@@ -158,7 +159,7 @@ def test_concurrent_writers_never_mix_contents(tmp_path: Path) -> None:
     assert entries(tmp_path) == ["race.txt"]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(text=st.text(max_size=300), compress=st.booleans())
 def test_any_text_round_trips(text: str, compress: bool) -> None:
     with tempfile.TemporaryDirectory() as directory:

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 import polyprof
 import polyprof.itt as pitt
+from hypothesis_budget import examples
 from polyprof.errors import PluginUnavailable
 from polyprof.events import EventKind
 from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
@@ -269,7 +270,7 @@ intervals = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(intervals)
 def test_replay_plan_invariants(rows: list[tuple[int, int, int, str]]) -> None:
     """Any ranges: balanced nesting, every range begun once, in start order, times never go back."""
@@ -292,7 +293,7 @@ def test_replay_plan_invariants(rows: list[tuple[int, int, int, str]]) -> None:
         assert plan.task_count == len(mine)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(st.data())
 def test_replay_plan_keeps_properly_nested_times(data: st.DataObject) -> None:
     """Ranges that nest (as torch records them) are replayed with their own begin and end times."""

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
+
 torch = pytest.importorskip("torch")
 from torch.autograd import profiler_legacy  # noqa: E402
 
@@ -175,7 +177,7 @@ def record_range(t: torch.Tensor) -> object:
         return t.exp()
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(ops=st.lists(st.sampled_from(sorted(OPS)), min_size=1, max_size=6))
 def test_any_op_sequence_gives_torch_legacy_names_and_counts(ops: list[str]) -> None:
     t = torch.arange(16, dtype=torch.float32)

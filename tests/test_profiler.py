@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
+
 torch = pytest.importorskip("torch")
 import torch.profiler as tp  # noqa: E402
 
@@ -61,7 +63,7 @@ schedules = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(args=schedules, steps=st.integers(0, 9), acc=st.booleans())
 def test_on_trace_ready_fires_as_torch(args: dict, steps: int, acc: bool) -> None:
     with warnings.catch_warnings():

@@ -27,6 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from polyprof import cli
 from polyprof.chrome_reader import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, read_chrome_trace
 from polyprof.cli_report import EXIT_BAD_INPUT, add_report_command, terminal_safe
@@ -472,7 +473,9 @@ def _hostile_event(draw: Any) -> Any:
 
 
 @pytest.mark.filterwarnings("error")
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(events=st.lists(_hostile_event(), min_size=1, max_size=12))
 def test_any_hostile_events_give_a_table_or_one_line(tmp_path, report, events):
     path = write_trace(tmp_path / "fuzz.json", events)

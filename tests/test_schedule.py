@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import polyprof
+from hypothesis_budget import examples
 from polyprof.schedule import InvalidScheduleError, ProfilerAction, coerce_action
 
 torch_profiler = pytest.importorskip("torch.profiler")
@@ -25,7 +26,7 @@ schedule_args = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(args=schedule_args)
 def test_same_actions_as_torch(args: dict) -> None:
     with warnings.catch_warnings():

@@ -18,6 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
+
 torch = pytest.importorskip("torch")
 import torch.autograd.profiler as autograd_profiler  # noqa: E402
 import torch.profiler.profiler as torch_profiler_module  # noqa: E402
@@ -146,7 +148,9 @@ def test_shimmed_inside_install_leaves_the_shims_installed() -> None:
 OPS = st.lists(st.sampled_from(["install", "uninstall", "enter", "exit"]), max_size=12)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=OPS)
 def test_any_sequence_of_calls_keeps_torch_names_consistent(ops) -> None:
     """torch's names are the shims' exactly while installed() says so, and torch's objects otherwise."""

@@ -39,6 +39,7 @@ from torch.autograd.profiler_util import (
 )
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from hypothesis_budget import examples
 from polyprof import torch_support
 from polyprof.table import (
     VALID_SORT_KEYS,
@@ -925,7 +926,7 @@ def outcome(render: Any, events: list[Any], options: dict[str, Any]) -> tuple[st
         return "error", exc
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(record_lists())
 def test_random_records_match_torch(case: tuple[list[FunctionEventAvg], dict[str, Any]]) -> None:
     records, options = case

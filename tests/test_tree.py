@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from polyprof import torch_support
 from polyprof import tree as tree_module
 from polyprof.activity import ProfilerActivity
@@ -493,7 +494,7 @@ def _use_devices() -> st.SearchStrategy[str | None]:
     return st.sampled_from([None, "cuda", "xpu"])
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event_sets(), _use_devices())
 def test_tree_matches_torch_on_synthetic_events(specs: list[dict[str, Any]], use_device: str | None) -> None:
     assert_same_as_torch(
@@ -731,7 +732,7 @@ def test_rules_must_be_rules() -> None:
         our_tree([_op("a", 0, 10, 1)], None, rules=(2, 6))  # type: ignore[arg-type]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.one_of(st.integers(0, 10**7), st.integers(TRACE_START - 10**12, TRACE_START + 10**12),
                  st.integers(0, 2**62)))
 def test_through_us_is_pythons_float_round_trip(ns: int) -> None:
@@ -812,7 +813,7 @@ def test_xpu_device_rows_are_treated_as_torch_2_11_does_on_every_release() -> No
 # ------------------------------------------------------------- invariants
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event_sets(), _use_devices())
 def test_tree_invariants(specs: list[dict[str, Any]], use_device: str | None) -> None:
     tree = our_tree(specs, use_device)
@@ -889,7 +890,7 @@ def _torch_stack_walk(
     return parent
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(
         st.tuples(st.integers(0, 30), st.integers(0, 10), st.integers(0, 2), st.booleans()),
@@ -926,7 +927,7 @@ _floats = st.floats(min_value=-1e12, max_value=1e12, allow_nan=False) | st.sampl
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 4), _floats), max_size=200))
 def test_segment_sums_equal_pythons_sum(pairs: list[tuple[int, float]]) -> None:
     segments = np.array([p[0] for p in pairs], dtype=np.int64)

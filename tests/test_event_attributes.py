@@ -141,7 +141,11 @@ RUN_FLAGS = {
 }
 
 
-@pytest.fixture(scope="module", params=list(RUN_FLAGS))
+@pytest.fixture(
+    scope="module",
+    # Comparing every attribute of every event with stacks takes seconds: the fast subset leaves it out.
+    params=[pytest.param(name, marks=pytest.mark.slow) if name == "stacks" else name for name in RUN_FLAGS],
+)
 def run(request: pytest.FixtureRequest) -> Run:
     return profile_run(_workload, **RUN_FLAGS[request.param])
 

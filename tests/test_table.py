@@ -344,7 +344,9 @@ def test_raw_events_with_shapes_and_memory_match_torch(
 @pytest.mark.parametrize(
     "options",
     [
-        *OPTION_SETS[:6],
+        *OPTION_SETS[:3],
+        pytest.param(OPTION_SETS[3], marks=pytest.mark.slow),  # every row with its stacks: seconds
+        *OPTION_SETS[4:6],
         {"max_src_column_width": 20},
         {"sort_by": "self_cpu_time_total", "row_limit": 3, "max_src_column_width": 60},
     ],

@@ -279,6 +279,7 @@ def test_sample_through_polyprof_run(script: str, polyprof_runs: dict[str, Run])
     assert "polyprof.shim.TorchProfile" in run.stderr, run.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_sample_in_process_with_shims(
     script: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_accelerate_state: None

@@ -128,6 +128,7 @@ def test_profiler_flag_is_set_as_torch_sets_it() -> None:
     assert not autograd_profiler._is_profiler_enabled
 
 
+@pytest.mark.slow
 def test_ranges_torch_emits_only_under_its_profiler_flag() -> None:
     """torch.compile's wrappers record ranges only when torch's profiler flag is set."""
 

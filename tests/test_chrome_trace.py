@@ -1232,6 +1232,7 @@ def _render_peak_bytes(trace: Trace, chunk_events: int, monkeypatch: pytest.Monk
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 def test_render_memory_is_bounded_by_the_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """Per-event strings exist one chunk at a time: a smaller chunk gives a much smaller peak."""
     n = 20_000

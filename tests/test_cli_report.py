@@ -542,6 +542,7 @@ def _run_subprocess(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["torch", "polyprof"])
 def test_report_works_without_torch(torch_runs, polyprof_run, report, source):
     path = (torch_runs["shapes_memory"] if source == "torch" else polyprof_run)["paths"][".json.gz"]

@@ -349,6 +349,7 @@ def test_every_average_attribute_matches_torch(run: Run, variant: dict[str, Any]
         assert [(e.key, e.count) for e in ours_list] == [(e.key, e.count) for e in theirs_list]
 
 
+@pytest.mark.slow
 def test_stack_run_key_averages_follow_torchs_python_function_rule(stack_run: Run) -> None:
     """torch 2.14 leaves python_function events out of key_averages unless asked; before, it keeps them."""
     theirs = stack_run.prof.key_averages()

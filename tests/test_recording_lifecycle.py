@@ -17,7 +17,7 @@ import polyprof.legacy
 import polyprof.registry
 from polyprof import ProfilerActivity, hookimpl
 from polyprof.recording import RecordingGate, RecordingInProgressError, recording_gate
-from polyprof.testing import ComponentPlugin, InMemoryExporter, make_plugin_manager_for_tests
+from polyprof.testing import ComponentPlugin, FakeTracer, InMemoryExporter, make_plugin_manager_for_tests
 
 torch = pytest.importorskip("torch")
 
@@ -270,3 +270,56 @@ def test_polyprof_run_of_a_script_whose_forked_child_exits_normally(tmp_path: Pa
     # One table and one trace: the parent's; the child said nothing of its own.
     assert result.stderr.count("trace written to") == 1, result.stderr
     assert len(list((tmp_path / "out").iterdir())) == 1
+
+
+# ------------------------------------------------------------------ interrupts
+
+
+class InterruptedTracer(FakeTracer):
+    """A device tracer whose stop() is cut off by Ctrl-C."""
+
+    def stop(self) -> None:
+        raise KeyboardInterrupt
+
+
+def test_an_interrupt_while_stopping_leaves_no_collector_running() -> None:
+    interrupted = InterruptedTracer(name="interrupted", activities=[ProfilerActivity.MTIA])
+    pm = make_plugin_manager_for_tests(("interrupting", ComponentPlugin(tracers=[interrupted])), builtins=True)
+    prof = polyprof.profile(activities=[ProfilerActivity.MTIA, ProfilerActivity.CPU], plugin_manager=pm)
+    with pytest.raises(KeyboardInterrupt), prof:
+        work()
+    # The interrupted tracer stops before torch's collector: the collector must still be stopped.
+    assert [t.name for t in prof._lifecycle.session.tracers][0] == "interrupted"
+    assert not torch.autograd.profiler._is_profiler_enabled
+    assert recording_gate.current() is None
+    with polyprof.profile(activities=CPU) as again:  # the next profile starts as usual
+        work()
+    assert "aten::add" in {e.key for e in again.key_averages()}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_schedules_step_in_a_forked_child_changes_nothing() -> None:
+    delivered: list[int] = []
+    prof = polyprof.profile(
+        activities=CPU,
+        schedule=polyprof.schedule(wait=0, warmup=0, active=1, repeat=2),
+        on_trace_ready=lambda p: delivered.append(os.getpid()),
+    )
+    prof.start()
+    work()
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            prof.step()  # would end the parent's cycle: stop the collector, run on_trace_ready
+            code = 71 if delivered else 72 if not torch.autograd.profiler._is_profiler_enabled else 0
+        finally:
+            os._exit(code)
+    code = _wait_for_child(pid, timeout_s=60)
+    assert code == 0, {70: "step raised", 71: "on_trace_ready ran in the child", 72: "collector stopped"}.get(
+        code, code
+    )
+    prof.step()
+    prof.stop()
+    assert delivered == [os.getpid(), os.getpid()]

@@ -487,7 +487,9 @@ class profile:  # noqa: N801 - torch's name
             self._lifecycle.close()
 
     def step(self) -> None:
-        """Signal that the next training step starts."""
+        """Signal that the next training step starts (in a child forked while recording: nothing)."""
+        if self._lifecycle.in_forked_child:
+            return  # the recording and its schedule are the parent's (polyprof.recording)
         if self.record_steps and self.step_rec_fn is not None:
             self.step_rec_fn.__exit__(None, None, None)
             self.step_rec_fn = None

@@ -11,6 +11,8 @@ profile step aside for the script's own profilers.
 is active and owns the ``Session`` from creation to close, so the plugin hooks
 ``polyprof_session_start`` and ``polyprof_session_finish`` fire as a matched pair,
 and a recording that ends shuts down its exporters and its plugin manager.
+``emit_itt`` is the one frontend that takes the gate alone: it has no session
+(torch's collector annotates ITT ranges itself and polyprof collects nothing).
 
 ``RecordOnce`` is the rule of torch's autograd and legacy profilers, which
 ``polyprof.legacy.profile`` and the autograd shim compose: ``enabled=False``
@@ -18,8 +20,10 @@ records nothing, and an object records once.
 
 ``os.fork()`` inside a recording: the child inherits the frontend object but not
 the event bus's thread, so a ``Recording`` in a forked child never waits on the
-bus or calls its tracers. Leaving the with-block there ends the child's copy
-without collecting or writing anything; the parent's recording goes on.
+bus or calls its tracers: leaving the with-block there ends the child's copy
+without collecting or writing anything, a schedule's ``step()`` there does
+nothing, and anything that would drive the tracers raises a RuntimeError saying
+the recording is the parent's. The parent's recording goes on.
 """
 
 from __future__ import annotations
@@ -47,7 +51,9 @@ class RecordingGate:
 
     ``acquire(holder)`` calls every listener with ``holder`` first (outside the
     lock, so a listener may stop and release another recording), then takes the
-    gate or raises ``RecordingInProgressError`` naming the holder.
+    gate or raises ``RecordingInProgressError`` naming the holder. Listeners hear
+    of a start that is then refused too: ``polyprof run``'s whole-script profile
+    steps aside for any recording the script tries to start.
     """
 
     def __init__(self) -> None:
@@ -173,16 +179,31 @@ class Recording:
         return self._session
 
     def prepare(self, trace_id: str = "") -> None:
+        self._refuse_in_forked_child("prepare")
         self.ensure_session().prepare(trace_id=trace_id)
 
     def start(self) -> None:
+        self._refuse_in_forked_child("start")
         self.ensure_session().start()
         self._recording = True
 
     def stop(self, *, metadata_json: Mapping[str, str] | None = None, trace_id: str = "") -> Any:
-        """Stop the tracers and return the cycle's ``Trace``."""
-        self._recording = False
-        return self._session.stop(metadata_json=metadata_json, trace_id=trace_id)
+        """Stop the tracers and return the cycle's ``Trace``.
+
+        Whatever happens in the session's stop (an interrupt included), the recording is over
+        afterwards: the session stops every tracer before letting an interrupt go.
+        """
+        self._refuse_in_forked_child("stop")
+        if self._session is None:
+            raise RuntimeError("stop() on a recording that never started: there is no session to stop")
+        try:
+            return self._session.stop(metadata_json=metadata_json, trace_id=trace_id)
+        finally:
+            self._recording = False
+
+    def _refuse_in_forked_child(self, step: str) -> None:
+        if self.in_forked_child:
+            raise RuntimeError(f"cannot {step} the recording here: {self.forked_child_message()}")
 
     def abort(self) -> None:
         """Leave no tracer running after an error; what they recorded is discarded."""

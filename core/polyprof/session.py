@@ -190,18 +190,34 @@ class Session:
         error, and the trace's notes say which tracer failed.
         """
         notes: list[str] = []
-        for tracer in self.tracers:
+        for index, tracer in enumerate(self.tracers):
             try:
                 tracer.stop()
             except Exception as exc:  # noqa: BLE001 - one plugin's failure must not cost the recording
                 # What it handed over is delivered; nothing later may leak into the next recording.
                 tracer.outbox.close()
                 notes.append(self._tracer_failed(tracer, "stop", exc))
+            except BaseException:
+                # An interrupt (Ctrl-C) mid-stop: no tracer, torch's collector included, may be left
+                # running, or every later profile in the process would refuse to start.
+                self._discard_after_interrupt(self.tracers[index + 1 :], interrupted=tracer)
+                raise
         self._recording = False
         if not self.bus.finish_recording():
             log.error("bus_finish_timed_out", statistics=str(self.bus.statistics()))
         failed = self._tracers_that_failed()
         return self._assemble(metadata_json or {}, trace_id, failed, notes)
+
+    def _discard_after_interrupt(self, unstopped: Sequence[Tracer], *, interrupted: Tracer) -> None:
+        for tracer in unstopped:
+            _stop_quietly(tracer)
+        try:  # the interrupted one may have stopped before the interrupt; a second stop is harmless
+            interrupted.stop()
+        except BaseException:  # noqa: BLE001 - the first interrupt is re-raised by the caller
+            log.warning("tracer_stop_after_interrupt_failed", tracer=interrupted.name, exc_info=True)
+        self._recording = False
+        self.bus.finish_recording()
+        self.collector.take()
 
     def _tracer_failed(self, tracer: Tracer, step: str, exc: Exception) -> str:
         """Log and warn that ``tracer`` failed in ``step``, naming its plugin; returns the trace note."""

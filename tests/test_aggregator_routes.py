@@ -120,6 +120,46 @@ def test_every_route_to_key_averages_asks_the_installed_aggregator() -> None:
     assert answers == dict.fromkeys(answers, EXPECTED_PLUGIN_ROWS)
 
 
+class NameCounts01(NameCounts):
+    """The same aggregator written against polyprof 0.1's explicit signature (no tree, no rows)."""
+
+    def aggregate(  # type: ignore[override]
+        self,
+        trace: Any,
+        use_device: str | None = None,
+        group_by_input_shape: bool = False,
+        group_by_stack_n: int = 0,
+        group_by_overload_name: bool = False,
+    ) -> list[FunctionEventAvg]:
+        return super().aggregate(
+            trace,
+            use_device=use_device,
+            group_by_input_shape=group_by_input_shape,
+            group_by_stack_n=group_by_stack_n,
+            group_by_overload_name=group_by_overload_name,
+        )
+
+
+def test_an_aggregator_written_for_0_1_still_answers_with_a_deprecation_warning() -> None:
+    aggregator = NameCounts01()
+    pm = _manager(aggregator)
+    try:
+        with polyprof.profile(activities=[polyprof.ProfilerActivity.CPU], plugin_manager=pm) as prof:
+            pass
+    finally:
+        pm.close()
+    with pytest.warns(DeprecationWarning, match="0.1's aggregate"):
+        rows = _rows(prof.key_averages(group_by_input_shape=True))
+    assert rows == EXPECTED_PLUGIN_ROWS
+    # Called as 0.1 called it: use_device, the grouping it names, no tree, rows or newer options.
+    assert aggregator.calls[-1] == {
+        "use_device": None,
+        "group_by_input_shape": True,
+        "group_by_stack_n": 0,
+        "group_by_overload_name": False,
+    }
+
+
 # --------------------------------------------------------------- the core stands on its own
 
 

@@ -1,7 +1,7 @@
 """The worked example of the plugin author guide keeps to the contract it teaches.
 
 Section 5 of the guide says what a plugin may import and that the contract holds within a minor
-series of polyprof, so a plugin pins one (``polyprof>=0.1,<0.2``, as polyprof-cuda and polyprof-xpu
+series of polyprof, so a plugin pins one (``polyprof>=0.2,<0.3``, as polyprof-cuda and polyprof-xpu
 do). The example distribution (docs/examples/polyprof-example-exporter) and the guide's copy of its
 ``pyproject.toml`` (section 2, step 2) must do what they teach.
 """

@@ -284,12 +284,13 @@ class InterruptedTracer(FakeTracer):
 
 def test_an_interrupt_while_stopping_leaves_no_collector_running() -> None:
     interrupted = InterruptedTracer(name="interrupted", activities=[ProfilerActivity.MTIA])
-    pm = make_plugin_manager_for_tests(("interrupting", ComponentPlugin(tracers=[interrupted])), builtins=True)
+    plugin = ComponentPlugin(tracers=[interrupted])
+    pm = make_plugin_manager_for_tests(("interrupting", plugin), builtins=True)
     prof = polyprof.profile(activities=[ProfilerActivity.MTIA, ProfilerActivity.CPU], plugin_manager=pm)
     with pytest.raises(KeyboardInterrupt), prof:
         work()
     # The interrupted tracer stops before torch's collector: the collector must still be stopped.
-    assert [t.name for t in prof._lifecycle.session.tracers][0] == "interrupted"
+    assert prof._lifecycle.session.tracers[0].name == "interrupted"
     assert not torch.autograd.profiler._is_profiler_enabled
     assert recording_gate.current() is None
     with polyprof.profile(activities=CPU) as again:  # the next profile starts as usual
@@ -317,9 +318,8 @@ def test_a_schedules_step_in_a_forked_child_changes_nothing() -> None:
         finally:
             os._exit(code)
     code = _wait_for_child(pid, timeout_s=60)
-    assert code == 0, {70: "step raised", 71: "on_trace_ready ran in the child", 72: "collector stopped"}.get(
-        code, code
-    )
+    outcomes = {70: "step raised", 71: "on_trace_ready ran in the child", 72: "collector stopped"}
+    assert code == 0, outcomes.get(code, code)
     prof.step()
     prof.stop()
     assert delivered == [os.getpid(), os.getpid()]

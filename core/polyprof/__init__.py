@@ -16,7 +16,7 @@ from polyprof.profiler import profile, tensorboard_trace_handler
 from polyprof.record import record_function
 from polyprof.schedule import ProfilerAction, schedule
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str):

@@ -18,7 +18,9 @@ the installed torch's surface (``polyprof.torch_event_surface``).
 
 from __future__ import annotations
 
+import inspect
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -147,7 +149,10 @@ def average_by_key(
     aggregator = (results.aggregators or {}).get(KEY_AVERAGES) if results is not None else None
     if aggregator is None or results is None:
         return _wrap_summary(summarize(store.tree, rows=rows, **grouping), store, profile_memory, with_flops)
-    result = aggregator.aggregate(results.merged_trace(), tree=store.tree, rows=rows, **grouping)
+    if _takes_tree_and_rows(aggregator):
+        result = aggregator.aggregate(results.merged_trace(), tree=store.tree, rows=rows, **grouping)
+    else:
+        result = _aggregate_the_0_1_way(aggregator, results.merged_trace(), store.tree.use_device, grouping)
     if isinstance(result, KeyAveragesSummary):
         # A summary of another tree (the aggregator built its own) gets views of that tree.
         owner = store if result.tree is store.tree else EventStore(result.tree)
@@ -170,6 +175,36 @@ def average_by_key(
         f"the key_averages aggregator {type(aggregator).__name__} returned {type(result).__name__}; "
         "expected a KeyAveragesSummary or a sequence of FunctionEventAvg"
     )
+
+
+def _takes_tree_and_rows(aggregator: Aggregator) -> bool:
+    """Whether ``aggregate`` takes polyprof 0.2's ``tree=`` and ``rows=`` (or any keyword)."""
+    try:
+        parameters = inspect.signature(aggregator.aggregate).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: assume the current contract
+        return True
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return True
+    return "tree" in parameters and "rows" in parameters
+
+
+def _aggregate_the_0_1_way(
+    aggregator: Aggregator, trace: Trace, use_device: str | None, grouping: Mapping[str, Any]
+) -> Any:
+    """Call an aggregator written for polyprof 0.1: ``use_device=``, no tree or rows, and
+    ``include_python_functions`` only if it names it; warns once per class that this goes away."""
+    cls = type(aggregator)
+    warnings.warn(
+        f"the key_averages aggregator {cls.__module__}.{cls.__qualname__} has polyprof 0.1's "
+        "aggregate(trace, use_device=..., group_by_...) signature; polyprof 0.2 passes tree= and "
+        "rows= (docs/plugin-author-guide.md, aggregators) and will stop calling the 0.1 form in 0.3",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    options = dict(grouping)
+    if "include_python_functions" not in inspect.signature(aggregator.aggregate).parameters:
+        del options["include_python_functions"]
+    return aggregator.aggregate(trace, use_device=use_device, **options)
 
 
 # ------------------------------------------------------------ ProfileResults

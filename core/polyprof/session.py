@@ -213,7 +213,7 @@ class Session:
             _stop_quietly(tracer)
         try:  # the interrupted one may have stopped before the interrupt; a second stop is harmless
             interrupted.stop()
-        except BaseException:  # noqa: BLE001 - the first interrupt is re-raised by the caller
+        except BaseException:  # the first interrupt is re-raised by the caller
             log.warning("tracer_stop_after_interrupt_failed", tracer=interrupted.name, exc_info=True)
         self._recording = False
         self.bus.finish_recording()

@@ -35,7 +35,7 @@ import socket
 import stat
 import zlib
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from polyprof._log import get_logger
 from polyprof.errors import PolyprofError
@@ -408,7 +408,8 @@ def atomic_writer(
         if is_gzip_path(path):
             level = DEFAULT_GZIP_LEVEL if gzip_level is None else gzip_level
             # mtime=0 and no embedded name: identical input gives identical bytes.
-            sink = gzip.GzipFile(filename="", mode="wb", compresslevel=level, fileobj=raw, mtime=0)
+            compressed = gzip.GzipFile(filename="", mode="wb", compresslevel=level, fileobj=raw, mtime=0)
+            sink = cast(IO[Any], compressed)
             layers.insert(0, sink)
         if not binary:
             sink = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=False)

@@ -570,7 +570,7 @@ class profile:  # noqa: N801 - torch's name
         """A new ``Session`` for this profile's settings (``Recording`` calls it)."""
         from polyprof.session import Session
 
-        flags = experimental_flags(self.experimental_config)
+        flags: dict[str, Any] = experimental_flags(self.experimental_config)
         if flags["trace_only"] and self.with_stack:
             # torch's own rule and words (torch.profiler.profile.__init__, 2.13+)
             warnings.warn(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -177,6 +177,10 @@ def average_by_key(
     )
 
 
+def _trace_tuple(traces: Iterable[Trace]) -> tuple[Trace, ...]:
+    return tuple(traces)
+
+
 def _takes_tree_and_rows(aggregator: Aggregator) -> bool:
     """Whether ``aggregate`` takes polyprof 0.2's ``tree=`` and ``rows=`` (or any keyword)."""
     try:
@@ -221,7 +225,7 @@ class ProfileResults:
     aggregator (``average_by_key``).
     """
 
-    traces: tuple[Trace, ...] = attrs.field(converter=tuple)
+    traces: tuple[Trace, ...] = attrs.field(converter=_trace_tuple)
     use_device: str | None = None
     #: The session's aggregators by name; the one named ``key_averages`` answers every
     #: ``key_averages()`` of these results (``polyprof.averages.summarize`` when there is none).

@@ -393,7 +393,7 @@ def plan_table(
     if max_name_column_width is not None:
         name_width = min(name_width, max_name_column_width)
 
-    device_name = use_device.upper() if has_device_time else None
+    device_name = use_device.upper() if has_device_time and use_device else None
     show_device_memory = bool(profile_memory and use_device and has_device_memory)
 
     columns = [Column("Name", name_width)]
@@ -405,7 +405,7 @@ def plan_table(
         fixed_headers += [f"Self {dev}", f"Self {dev} %", f"{dev} total", f"{dev} time avg"]
     if profile_memory:
         fixed_headers += ["CPU Mem", "Self CPU Mem"]
-        if show_device_memory:
+        if show_device_memory and use_device:
             fixed_headers += [f"{use_device.upper()} Mem", f"Self {use_device.upper()} Mem"]
     fixed_headers.append("# of Calls")
     show_node_id = any(evt.node_id != -1 for evt in events)

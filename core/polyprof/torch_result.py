@@ -228,12 +228,12 @@ def decode_device_rows(
     if not n:
         return EventBatch.empty(source)
     rows = [ev for ev, _, _ in picked]
-    kind = np.array([int(k) for _, k, _ in picked], dtype=np.int8)
-    on_device = np.isin(kind, [int(k) for k in ON_DEVICE_KINDS])
+    kinds = np.array([int(k) for _, k, _ in picked], dtype=np.int8)
+    on_device = np.isin(kinds, [int(k) for k in ON_DEVICE_KINDS])
     # a stream sync recorded on the device (cuda_sync) sits on its stream's lane, as Kineto draws it;
     # it is never device time (polyprof.tree)
     device_tagged = np.array([int(ev.device_type()) in tagged for ev in rows], dtype=bool)
-    on_device |= (kind == int(EventKind.SYNC)) & device_tagged
+    on_device |= (kinds == int(EventKind.SYNC)) & device_tagged
     # Kineto's activity type marks each row as one torch's collector recorded: the tree applies the
     # installed release's rules to those (before 2.12, the type Kineto files the kind under).
     type_names: dict[str, int] = {}
@@ -246,7 +246,7 @@ def decode_device_rows(
     name_idx = np.array([names.setdefault(ev.name(), len(names)) for ev in rows], dtype=np.int32)
     linked = np.array([ev.linked_correlation_id() for ev in rows], dtype=np.int64)
     columns = {
-        "kind": kind,
+        "kind": kinds,
         "name": name_idx,
         "start_ns": start,
         "dur_ns": end - start,
@@ -283,7 +283,7 @@ def kineto_device_reason(device: str, *, hint: str = "") -> str | None:
     """
     import sys
 
-    torch = sys.modules.get("torch")
+    torch: Any = sys.modules.get("torch")
     if torch is None:
         import torch
     name = device.upper()

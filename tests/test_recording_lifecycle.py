@@ -168,6 +168,9 @@ def test_a_caller_s_plugin_manager_stays_the_caller_s(tmp_path: Path) -> None:
     with polyprof.profile(activities=CPU, plugin_manager=pm) as prof:
         work()
     prof.export(tmp_path / "t.memory", format="memory")
+    made = len(pm._exporters_made)
+    prof.export(tmp_path / "u.memory", format="memory")
+    assert len(pm._exporters_made) == made  # later exports reuse the exporter, nothing piles up
     assert counter.calls == ["start", "finish"]
     assert not exporter.shut_down  # the caller closes its own manager
     pm.close()

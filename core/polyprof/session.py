@@ -371,10 +371,11 @@ class Session:
     def release_exporters(self) -> None:
         """Shut down the exporters made so far (through the plugin manager, when this session made it).
 
-        A plugin manager passed in by the caller is the caller's to close, with its exporters.
+        A plugin manager passed in by the caller is the caller's to close, with its exporters;
+        they stay cached here, so exports after the end reuse them instead of piling up.
         """
-        self._exporters.clear()
         if self.owns_plugin_manager:
+            self._exporters.clear()
             self.plugin_manager.close()
 
 

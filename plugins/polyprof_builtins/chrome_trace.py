@@ -20,8 +20,9 @@ way they read torch's:
   file with the regex ``"rank":\\s+(\\d+)``.
 
 Speed: the text is built with f-strings over column lists, one string per
-event, and names, shapes and stacks are JSON-encoded once per unique value
-(the columns are interned), never one dict per event through ``json.dumps``.
+event (an op's standard args are written by its line's own f-string), and
+names, shapes and stacks are JSON-encoded once per unique value (the columns
+are interned), never one dict per event through ``json.dumps``.
 Memory: whole-trace work stays in numpy arrays; the per-event strings are
 built and written ``CHUNK_EVENTS`` events at a time.
 
@@ -423,9 +424,11 @@ class _ArgsText:
             _ArgsForm.HOST_CALL: self._host_call,
         }
 
-    def chunk(self, lo: int, hi: int) -> list[str]:
-        """The args text of events ``lo`` to ``hi - 1``, in order."""
+    def chunk(self, lo: int, hi: int, skip: np.ndarray | None = None) -> list[str]:
+        """The args text of events ``lo`` to ``hi - 1``, in order ("" where the ``skip`` mask is set)."""
         form = self.form[lo:hi]
+        if skip is not None and skip.any():
+            form = np.where(skip, np.int8(_ArgsForm.NONE), form)
         forms = np.unique(form).tolist()
         if len(forms) == 1:  # the common case: one template for the whole chunk
             return self._render[forms[0]](np.arange(lo, hi))
@@ -435,7 +438,7 @@ class _ArgsText:
             out[local] = self._render[f](local + lo)
         return out.tolist()
 
-    def _optional(self, table: list[str] | None, field: str, idx: np.ndarray) -> list[str]:
+    def optional_text(self, table: list[str] | None, field: str, idx: np.ndarray) -> list[str]:
         if table is None:
             return [""] * len(idx)
         return [table[i] for i in self.cols.col(field)[idx].tolist()]
@@ -452,8 +455,8 @@ class _ArgsText:
         # Kineto's standard args from the columns.
         cols = self.cols
         ev_idx_head = self.ev_idx_head
-        dims = self._optional(self.shapes_args, "shapes", idx)
-        stacks = self._optional(self.stack_args, "stack", idx)
+        dims = self.optional_text(self.shapes_args, "shapes", idx)
+        stacks = self.optional_text(self.stack_args, "stack", idx)
         head, tail = _EXTERNAL_ID_HEAD, _OP_ARGS_TAIL
         return [
             (f"{head}{c}{tail}" if c else _OP_ARGS_HEAD)
@@ -486,7 +489,7 @@ class _ArgsText:
     def _python(self, idx: np.ndarray) -> list[str]:
         cols = self.cols
         ev_idx_head = self.ev_idx_head
-        stacks = self._optional(self.stack_args, "stack", idx)
+        stacks = self.optional_text(self.stack_args, "stack", idx)
         return [
             f'{_PYTHON_ARGS_HEAD}{t}{_PYTHON_PARENT_ID}{"null" if p < 0 else p}'
             f"{_PYTHON_ID}{i}{st}{ev_idx_head}{e}}}"
@@ -723,7 +726,13 @@ class _EventText:
     def chunk(self, lo: int, hi: int) -> str:
         """Events ``lo`` to ``hi - 1``: their lines, each followed by a comma and a newline."""
         cols = self.cols
-        args = self.args.chunk(lo, hi)
+        instant = self.instant[lo:hi]
+        counter = self.counter[lo:hi]
+        slices = ~instant & ~counter
+        # Ops and annotations with Kineto's standard args (the bulk of most traces): line and args
+        # in one f-string (``_op_lines``), the others through ``_ArgsText.chunk``.
+        standard_ops = slices & (self.args.form[lo:hi] == _ArgsForm.OP_STANDARD)
+        args = self.args.chunk(lo, hi, skip=standard_ops)
         start = cols.col("start_ns")[lo:hi].astype(np.int64) - self.base_ns
         dur = cols.col("dur_ns")[lo:hi].astype(np.int64)
         if self.gpu_annotation is not None:
@@ -738,12 +747,16 @@ class _EventText:
         name = self.name_index[lo:hi]
         pid = self.pid[lo:hi]
         tid = self.tid[lo:hi]
-        instant = self.instant[lo:hi]
-        counter = self.counter[lo:hi]
         names, ms = self.names, _THREE_DIGITS
 
         lines_arr = np.empty(hi - lo, dtype=object)
-        idx = np.flatnonzero(~instant & ~counter)
+        idx = np.flatnonzero(standard_ops)
+        if len(idx):
+            lines_arr[idx] = self._op_lines(
+                idx + lo,
+                *(column[idx] for column in (category, name, pid, tid, ts_us, ts_ns, dur_us, dur_ns)),
+            )
+        idx = np.flatnonzero(slices & ~standard_ops)
         if len(idx):
             prefixes = self.x_prefixes
             lines_arr[idx] = [
@@ -817,6 +830,53 @@ class _EventText:
                 f'"cat": "{flow}", "name": "{flow}"{binding}}}'
             )
         return ",\n".join(lines) + ",\n"
+
+
+    def _op_lines(
+        self,
+        events: np.ndarray,
+        category: np.ndarray,
+        name: np.ndarray,
+        pid: np.ndarray,
+        tid: np.ndarray,
+        ts_us: np.ndarray,
+        ts_ns: np.ndarray,
+        dur_us: np.ndarray,
+        dur_ns: np.ndarray,
+    ) -> list[str]:
+        """Lines of ops and annotations with Kineto's standard args (``_ArgsText._op_standard``'s text).
+
+        One f-string per event builds the line and its args together: no per-event args
+        string to make, concatenate and keep apart.
+        """
+        args, cols = self.args, self.cols
+        prefixes, names, ms = self.x_prefixes, self.names, _THREE_DIGITS
+        ext, record, no_ext = _EXTERNAL_ID_HEAD, _OP_ARGS_TAIL, _OP_ARGS_HEAD
+        seq, fwd, ev_idx_head = _SEQUENCE_NUMBER, _FWD_THREAD_ID, args.ev_idx_head
+        dims = args.optional_text(args.shapes_args, "shapes", events)
+        stacks = args.optional_text(args.stack_args, "stack", events)
+        return [
+            f'{prefixes[c]}{names[nm]}, "pid": {p}, "tid": {t}, "ts": {tu}.{ms[tn]}, "dur": {du}.{ms[dn]}'
+            f'{ext if x else no_ext}{x if x else ""}{record if x else ""}'
+            f'{seq if q >= 0 else ""}{q if q >= 0 else ""}{fwd if q >= 0 else ""}{f if q >= 0 else ""}'
+            f"{d}{st}{ev_idx_head}{e}}}}}"
+            for c, nm, p, t, tu, tn, du, dn, x, q, f, d, st, e in zip(
+                category.tolist(),
+                name.tolist(),
+                pid.tolist(),
+                tid.tolist(),
+                ts_us.tolist(),
+                ts_ns.tolist(),
+                dur_us.tolist(),
+                dur_ns.tolist(),
+                cols.col("correlation_id")[events].tolist(),
+                cols.col("sequence_nr")[events].tolist(),
+                cols.col("fwd_thread")[events].tolist(),
+                dims,
+                stacks,
+                args.ev_idx[events].tolist(),
+            )
+        ]
 
 
 def _json_number(value: float) -> str:

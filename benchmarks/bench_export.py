@@ -1,0 +1,153 @@
+"""Chrome trace export: torch.profiler's C++ writer vs polyprof's, in the same run, as ratios.
+
+Workloads (as in ``bench_profilers.py``): N tiny ops (``torch.add`` on 1-element
+tensors) and a small conv net (forward + backward, 20 steps), on the CPU with
+one thread. Each profiler records in its own child process, then exports the
+same recording twice:
+
+* fresh: the first export. For polyprof it includes decoding the columns only
+  traces need (deferred at the end of the with-block: thread ids, flows,
+  Kineto's args), which a table never reads;
+* warm: the second export, the writer alone.
+
+torch's export is ``prof.export_chrome_trace`` of ``torch.profiler.profile``
+(Kineto's C++ writer; torch's post-processing ran at the end of the
+with-block, and it writes a result only once, so one export stands for both). Ratios are torch / polyprof:
+above 1 means polyprof is faster. ``--shapes`` records with
+``record_shapes=True`` (every op then carries Kineto's args).
+
+Usage: python benchmarks/bench_export.py [--sizes convnet,50000,200000] [--reps 3] [--shapes]
+       [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+CHILD = r"""
+import json, os, sys, tempfile, time
+import torch
+torch.set_num_threads(1)
+which, workload, n, shapes = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+if which == "torch":
+    from torch.profiler import profile, ProfilerActivity
+else:
+    from polyprof import profile, ProfilerActivity
+if workload == "tiny":
+    a = torch.ones(1); b = torch.ones(1)
+    def body():
+        for _ in range(n):
+            torch.add(a, b)
+else:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3),
+                                torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(16 * 28 * 28, 10))
+    x = torch.randn(8, 3, 32, 32)
+    def body():
+        for _ in range(n):
+            model(x).sum().backward()
+folder = tempfile.mkdtemp()
+# warm-up: one-time initialisation of torch and of the profiler, an export included
+with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as warm:
+    torch.add(torch.ones(1), torch.ones(1))
+warm.key_averages().table()
+warm.export_chrome_trace(os.path.join(folder, "warmup.json"))
+with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as prof:
+    body()
+prof.key_averages().table(row_limit=5)
+times = []
+# torch writes a result once ("Trace is already saved"): its one export is both columns
+for name in ("fresh.json", "warm.json")[: 1 if which == "torch" else 2]:
+    path = os.path.join(folder, name)
+    t0 = time.perf_counter(); prof.export_chrome_trace(path); times.append(time.perf_counter() - t0)
+events = len(json.load(open(path))["traceEvents"])
+print(json.dumps({"fresh_s": times[0], "warm_s": times[-1], "trace_events": events,
+                  "trace_bytes": os.path.getsize(path)}))
+"""
+
+
+def run_child(which: str, workload: str, n: int, shapes: bool, pythonpath: str | None = None) -> dict:
+    env = dict(os.environ, KINETO_LOG_LEVEL="5")
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, which, workload, str(n), "1" if shapes else "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{which}/{workload}/{n} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="convnet,50000,200000", help="convnet and/or op counts")
+    parser.add_argument("--reps", type=int, default=3, help="child processes per profiler and size")
+    parser.add_argument("--steps", type=int, default=20, help="conv net steps")
+    parser.add_argument("--shapes", action="store_true", help="record_shapes=True")
+    parser.add_argument(
+        "--baseline",
+        help="also run polyprof from this source tree (folders core and plugins, e.g. from "
+        "`git archive`), as the 'before' columns",
+    )
+    parser.add_argument("--json", help="write the results here too")
+    args = parser.parse_args(argv)
+    results = []
+    baseline_path = None
+    if args.baseline:
+        root = os.path.abspath(args.baseline)
+        baseline_path = os.pathsep.join(os.path.join(root, part) for part in ("core", "plugins"))
+    head = f"{'workload':>10} {'torch s':>9} {'fresh s':>9} {'warm s':>9} {'fresh ratio':>12}"
+    head += f" {'warm ratio':>11}"
+    if baseline_path:
+        head += f" {'before fresh':>13} {'before warm':>12} {'ratio':>6} {'ratio':>6}"
+    print(head)
+    for size in args.sizes.split(","):
+        workload, n = ("convnet", args.steps) if size == "convnet" else ("tiny", int(size))
+        torch_runs = [run_child("torch", workload, n, args.shapes) for _ in range(args.reps)]
+        poly_runs = [run_child("polyprof", workload, n, args.shapes) for _ in range(args.reps)]
+        torch_s = statistics.median(r["fresh_s"] for r in torch_runs)
+        fresh_s = statistics.median(r["fresh_s"] for r in poly_runs)
+        warm_s = statistics.median(r["warm_s"] for r in poly_runs)
+        row = {
+            "workload": size,
+            "shapes": args.shapes,
+            "trace_events": poly_runs[0]["trace_events"],
+            "torch_s": torch_s,
+            "polyprof_fresh_s": fresh_s,
+            "polyprof_warm_s": warm_s,
+            "ratio_fresh": torch_s / fresh_s,
+            "ratio_warm": torch_s / warm_s,
+        }
+        line = (
+            f"{size:>10} {torch_s:9.4f} {fresh_s:9.4f} {warm_s:9.4f} "
+            f"{row['ratio_fresh']:12.2f} {row['ratio_warm']:11.2f}"
+        )
+        if baseline_path:
+            before = [
+                run_child("polyprof", workload, n, args.shapes, baseline_path) for _ in range(args.reps)
+            ]
+            row["before_fresh_s"] = statistics.median(r["fresh_s"] for r in before)
+            row["before_warm_s"] = statistics.median(r["warm_s"] for r in before)
+            line += (
+                f" {row['before_fresh_s']:13.4f} {row['before_warm_s']:12.4f}"
+                f" {torch_s / row['before_fresh_s']:6.2f} {torch_s / row['before_warm_s']:6.2f}"
+            )
+        results.append(row)
+        print(line, flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

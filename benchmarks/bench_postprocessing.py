@@ -19,10 +19,12 @@ interleaved so background load hits both alike. Each child reports:
 The parent prints medians, ratios, a linear fit of each time against events with its residuals, and
 the targets as pass/fail lines (never assertions), writes everything to ``--json`` and draws the
 log-log scaling plot to ``--plot`` (matplotlib: ``pip install -e .[bench]``). ``--where SIZE`` adds one
-polyprof child under cProfile (every thread) and reports where its own time goes.
+polyprof child under cProfile (every thread) and reports where its own time goes. ``--at COMMIT`` measures
+that commit's ``core`` and ``plugins`` (extracted to a temporary folder that the children import first)
+instead of the checkout, which others may be editing during the run.
 
 Usage:
-    python benchmarks/bench_postprocessing.py --json out.json --plot docs/images/scaling.png
+    python benchmarks/bench_postprocessing.py --at HEAD --json out.json --plot docs/images/scaling.png
     python benchmarks/bench_postprocessing.py --sizes 10000,200000,5000000 --torch-max-size 1000000
 """
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import json
 import math
 import os
@@ -37,9 +40,12 @@ import platform
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SIZES = (10_000, 50_000, 200_000, 1_000_000)
 PROFILERS = ("torch", "polyprof")
 # The JSON's layout; bump when a key changes meaning so readers of old files can tell.
@@ -147,7 +153,7 @@ if len(exports) > 1:
 if mode == "cprofile":
     threading.setprofile(None)
     stats = []
-    def top(label, prof, limit=25):
+    def top(label, prof, limit=40):
         prof.disable()
         st = pstats.Stats(prof)
         rows = sorted(st.stats.items(), key=lambda kv: kv[1][3], reverse=True)[:limit]
@@ -164,9 +170,18 @@ print(json.dumps(result))
 """
 
 
-def run_child(which: str, workload: str, n_ops: int, mode: str = "time") -> dict[str, Any]:
-    """One fresh child process: ``which`` profiler, ``workload`` of ``n_ops``; its JSON result."""
+def run_child(
+    which: str, workload: str, n_ops: int, mode: str = "time", source: str | None = None
+) -> dict[str, Any]:
+    """One fresh child process: ``which`` profiler, ``workload`` of ``n_ops``; its JSON result.
+
+    ``source``: a folder holding a snapshot's ``core`` and ``plugins``, imported instead of the checkout.
+    """
     env = dict(os.environ, KINETO_LOG_LEVEL="5")
+    if source:
+        # sys.path wins over the editable install's finder, so the snapshot's packages are the ones imported.
+        paths = [os.path.join(source, "core"), os.path.join(source, "plugins"), env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     out = subprocess.run(
         [sys.executable, "-c", CHILD, which, workload, str(n_ops), mode],
         capture_output=True,
@@ -470,7 +485,7 @@ def write_plot(path: str, summaries: dict[str, dict[int | str, dict[str, float]]
 
 
 def summarise_where(
-    cprofile_rows: list[dict[str, Any]], per_profile: int = 12
+    cprofile_rows: list[dict[str, Any]], per_profile: int = 40
 ) -> dict[str, list[dict[str, Any]]]:
     """The cProfile child's rows grouped by profile (phase or thread), the top ``per_profile`` by cumtime."""
     grouped: dict[str, list[dict[str, Any]]] = {}
@@ -485,17 +500,42 @@ def summarise_where(
 # --- the run ----------------------------------------------------------------------------------------
 
 
-def _machine_meta() -> dict[str, Any]:
-    import torch
+def _git(*args: str) -> str:
+    out = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=REPOSITORY)
+    return out.stdout.strip()
 
-    def git(*args: str) -> str:
-        out = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
-        return out.stdout.strip()
+
+def _uncommitted_source_changes() -> list[str]:
+    return _git("status", "--porcelain", "--", "core", "plugins").splitlines()
+
+
+def snapshot_source(commit: str, folder: str) -> str:
+    """Extract ``commit``'s ``core`` and ``plugins`` into ``folder``; the full commit id.
+
+    Others may edit the checkout while a run takes minutes; a snapshot keeps every child on one commit.
+    """
+    full = _git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+    if not full:
+        raise SystemExit(
+            f"--at: {commit!r} is not a commit of this repository (valid: a hash, branch or tag)"
+        )
+    archive = subprocess.run(
+        ["git", "archive", full, "core", "plugins"], capture_output=True, check=True, cwd=REPOSITORY
+    )
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(folder, filter="data")
+    return full
+
+
+def _machine_meta(snapshot_commit: str | None) -> dict[str, Any]:
+    import torch
 
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": git("rev-parse", "HEAD"),
-        "uncommitted_changes_in": git("status", "--porcelain", "--", "core", "plugins").splitlines(),
+        # Measured: the snapshot (--at), or the checkout at HEAD plus the changes listed below.
+        "commit": snapshot_commit or _git("rev-parse", "HEAD"),
+        "source": "snapshot" if snapshot_commit else "checkout",
+        "uncommitted_changes_at_start": [] if snapshot_commit else _uncommitted_source_changes(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
@@ -509,6 +549,7 @@ def _measure(
     reps: int,
     reps_large: int,
     torch_max_size: int | None,
+    source: str | None,
     log: Callable[[str], None],
 ) -> dict[str, dict[int | str, list[dict[str, float]]]]:
     runs: dict[str, dict[int | str, list[dict[str, float]]]] = {p: {} for p in PROFILERS}
@@ -521,7 +562,7 @@ def _measure(
                 if which == "torch" and isinstance(key, int) and torch_max_size and key > torch_max_size:
                     continue
                 log(f"{which} {workload} {n} (run {rep + 1}/{count}) ...")
-                runs[which].setdefault(key, []).append(run_child(which, workload, n))
+                runs[which].setdefault(key, []).append(run_child(which, workload, n, source=source))
     return runs
 
 
@@ -563,6 +604,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps-large", type=int, default=1, help="the same, for sizes of 1M events and more")
     parser.add_argument("--torch-max-size", type=int, help="run torch only up to this many events")
     parser.add_argument("--where", type=int, metavar="SIZE", help="also cProfile one polyprof child at SIZE")
+    parser.add_argument(
+        "--at",
+        metavar="COMMIT",
+        help="measure this commit's core and plugins (a snapshot) instead of the checkout as it is",
+    )
     parser.add_argument("--json", help="write the machine-readable result here")
     parser.add_argument("--plot", help="write the log-log scaling plot (PNG) here")
     args = parser.parse_args(argv)
@@ -573,19 +619,23 @@ def main(argv: list[str] | None = None) -> int:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    meta = _machine_meta()
-    log(f"commit {meta['commit'][:10]}, torch {meta['torch']}, load {meta['load_average_before']}")
-    runs = _measure(args.sizes, args.steps, args.reps, args.reps_large, args.torch_max_size, log)
-    meta["load_average_after"] = list(os.getloadavg())
+    with tempfile.TemporaryDirectory(prefix="polyprof-bench-") as folder:
+        source = folder if args.at else None
+        meta = _machine_meta(snapshot_source(args.at, folder) if args.at else None)
+        load = meta["load_average_before"]
+        log(f"{meta['source']} {meta['commit'][:10]}, torch {meta['torch']}, load {load}")
+        runs = _measure(args.sizes, args.steps, args.reps, args.reps_large, args.torch_max_size, source, log)
+        meta["load_average_after"] = list(os.getloadavg())
+        if not args.at:
+            meta["uncommitted_changes_at_end"] = _uncommitted_source_changes()
+        where = None
+        if args.where:
+            log(f"polyprof tiny {args.where} under cProfile ...")
+            child = run_child("polyprof", "tiny", args.where, mode="cprofile", source=source)
+            where = {"size": args.where, "by_profile": summarise_where(child.pop("cprofile")), "wall": child}
     summaries = {p: {size: summarise(r) for size, r in by_size.items()} for p, by_size in runs.items()}
     fits = fit_series(summaries)
     targets = evaluate_targets(summaries, fits)
-
-    where = None
-    if args.where:
-        log(f"polyprof tiny {args.where} under cProfile ...")
-        child = run_child("polyprof", "tiny", args.where, mode="cprofile")
-        where = {"size": args.where, "by_profile": summarise_where(child.pop("cprofile")), "wall": child}
 
     _print_table(summaries)
     print()
@@ -601,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwhere polyprof's time goes at {where['size']} events (cProfile, inflated; top by cumtime):")
         for label, rows in where["by_profile"].items():
             print(f"  {label}")
-            for row in rows:
+            for row in rows[:15]:
                 print(
                     f"    {row['cumtime_s']:8.3f} {row['tottime_s']:8.3f} {row['calls']:>9} {row['function']}"
                 )

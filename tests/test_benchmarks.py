@@ -201,3 +201,14 @@ def test_where_groups_cprofile_rows_by_thread_and_phase(bench: ModuleType) -> No
     ]
     grouped = bench.summarise_where(rows, per_profile=1)
     assert grouped == {"thread polyprof-bus": [rows[1]], "main thread, exit_to_table": [rows[2]]}
+
+
+def test_snapshot_source_extracts_a_commit_and_names_a_bad_one(bench: ModuleType, tmp_path: Path) -> None:
+    if not (BENCH_PATH.parent.parent / ".git").exists():
+        pytest.skip("not a git checkout")
+    full = bench.snapshot_source("HEAD", str(tmp_path))
+    assert len(full) == 40
+    assert (tmp_path / "core" / "polyprof" / "__init__.py").is_file()
+    assert (tmp_path / "plugins" / "polyprof_builtins" / "torch_cpu.py").is_file()
+    with pytest.raises(SystemExit, match="'no-such-commit' is not a commit of this repository"):
+        bench.snapshot_source("no-such-commit", str(tmp_path / "other"))

@@ -163,8 +163,8 @@ if mode == "cprofile":
                           "calls": nc, "tottime_s": tt, "cumtime_s": ct})
     for name, prof in main_profilers.items():
         top("main thread, " + name, prof)
-    for name, prof in thread_profilers:
-        top("thread " + name, prof)
+    for index, (name, prof) in enumerate(thread_profilers):  # each export starts its own thread
+        top(f"thread {name} (#{index + 1} started)", prof)
     result["cprofile"] = stats
 print(json.dumps(result))
 """
@@ -238,27 +238,32 @@ def summarise(runs: Sequence[dict[str, float]]) -> dict[str, float]:
     }
 
 
-def fit_linear(sizes: Sequence[float], times: Sequence[float]) -> dict[str, Any]:
-    """Least-squares ``time = intercept + slope * size`` and the log-log slope (1 means linear).
+def _weighted_line(xs: Sequence[float], ys: Sequence[float], weights: Sequence[float]) -> tuple[float, float]:
+    """Weighted least squares ``y = intercept + slope * x``: (slope, intercept)."""
+    total = sum(weights)
+    mean_x = sum(w * x for w, x in zip(weights, xs)) / total
+    mean_y = sum(w * y for w, y in zip(weights, ys)) / total
+    sxx = sum(w * (x - mean_x) ** 2 for w, x in zip(weights, xs))
+    slope = sum(w * (x - mean_x) * (y - mean_y) for w, x, y in zip(weights, xs, ys)) / sxx
+    return slope, mean_y - slope * mean_x
 
-    Residuals are relative to the fitted value, so one number per size says how far it is from linear.
+
+def fit_linear(sizes: Sequence[float], times: Sequence[float]) -> dict[str, Any]:
+    """``time = intercept + slope * size`` fitted to relative error, and the log-log slope (1 is linear).
+
+    The sizes span decades, so a plain least-squares line would follow the largest size only: each point
+    is weighted by 1/time², and each residual is relative to the measured time.
     """
     if len(sizes) != len(times):
         raise ValueError(f"{len(sizes)} sizes but {len(times)} times")
     if len(set(sizes)) < 2:
         raise ValueError("a fit needs at least two distinct sizes")
-    mean_x = statistics.fmean(sizes)
-    mean_y = statistics.fmean(times)
-    sxx = sum((x - mean_x) ** 2 for x in sizes)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, times)) / sxx
-    intercept = mean_y - slope * mean_x
-    fitted = [intercept + slope * x for x in sizes]
-    relative = [(y - f) / f if f else math.inf for y, f in zip(times, fitted)]
-    log_x = [math.log(x) for x in sizes]
-    log_y = [math.log(y) for y in times]
-    mean_lx, mean_ly = statistics.fmean(log_x), statistics.fmean(log_y)
-    log_slope = sum((lx - mean_lx) * (ly - mean_ly) for lx, ly in zip(log_x, log_y)) / sum(
-        (lx - mean_lx) ** 2 for lx in log_x
+    if min(times) <= 0 or min(sizes) <= 0:
+        raise ValueError("sizes and times must be positive")
+    slope, intercept = _weighted_line(sizes, times, [1 / t**2 for t in times])
+    relative = [(t - (intercept + slope * n)) / t for n, t in zip(sizes, times)]
+    log_slope, _ = _weighted_line(
+        [math.log(n) for n in sizes], [math.log(t) for t in times], [1.0] * len(sizes)
     )
     return {
         "sizes": list(sizes),
@@ -588,6 +593,41 @@ def _print_table(summaries: dict[str, dict[int | str, dict[str, float]]]) -> Non
             print(f"{size!s:>9} {label:30} {tv:10.3f} {pv:10.3f} {ratio:15.3f}")
 
 
+def read_result(path: str) -> tuple[dict[str, Any], dict[str, dict[int | str, list[dict[str, float]]]], Any]:
+    """An earlier ``--json`` result's meta, runs (sizes back to ints) and cProfile summary."""
+    with open(path) as f:
+        result = json.load(f)
+    if result.get("schema") != RESULT_SCHEMA:
+        raise SystemExit(
+            f"--from-json: {path} is not a {RESULT_SCHEMA} result (schema {result.get('schema')!r})"
+        )
+    runs = {
+        profiler: {int(size) if size.isdigit() else size: r for size, r in by_size.items()}
+        for profiler, by_size in result["runs"].items()
+    }
+    return result["meta"], runs, result["where_the_time_goes"]
+
+
+def _run(
+    args: argparse.Namespace, log: Callable[[str], None]
+) -> tuple[dict[str, Any], dict[str, dict[int | str, list[dict[str, float]]]], Any]:
+    with tempfile.TemporaryDirectory(prefix="polyprof-bench-") as folder:
+        source = folder if args.at else None
+        meta = _machine_meta(snapshot_source(args.at, folder) if args.at else None)
+        load = meta["load_average_before"]
+        log(f"{meta['source']} {meta['commit'][:10]}, torch {meta['torch']}, load {load}")
+        runs = _measure(args.sizes, args.steps, args.reps, args.reps_large, args.torch_max_size, source, log)
+        meta["load_average_after"] = list(os.getloadavg())
+        if not args.at:
+            meta["uncommitted_changes_at_end"] = _uncommitted_source_changes()
+        where = None
+        if args.where:
+            log(f"polyprof tiny {args.where} under cProfile ...")
+            child = run_child("polyprof", "tiny", args.where, mode="cprofile", source=source)
+            where = {"size": args.where, "by_profile": summarise_where(child.pop("cprofile")), "wall": child}
+    return meta, runs, where
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -609,6 +649,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="COMMIT",
         help="measure this commit's core and plugins (a snapshot) instead of the checkout as it is",
     )
+    parser.add_argument(
+        "--from-json",
+        metavar="FILE",
+        help="measure nothing: re-read an earlier --json result's runs; fit, evaluate and plot them again",
+    )
     parser.add_argument("--json", help="write the machine-readable result here")
     parser.add_argument("--plot", help="write the log-log scaling plot (PNG) here")
     args = parser.parse_args(argv)
@@ -619,20 +664,10 @@ def main(argv: list[str] | None = None) -> int:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    with tempfile.TemporaryDirectory(prefix="polyprof-bench-") as folder:
-        source = folder if args.at else None
-        meta = _machine_meta(snapshot_source(args.at, folder) if args.at else None)
-        load = meta["load_average_before"]
-        log(f"{meta['source']} {meta['commit'][:10]}, torch {meta['torch']}, load {load}")
-        runs = _measure(args.sizes, args.steps, args.reps, args.reps_large, args.torch_max_size, source, log)
-        meta["load_average_after"] = list(os.getloadavg())
-        if not args.at:
-            meta["uncommitted_changes_at_end"] = _uncommitted_source_changes()
-        where = None
-        if args.where:
-            log(f"polyprof tiny {args.where} under cProfile ...")
-            child = run_child("polyprof", "tiny", args.where, mode="cprofile", source=source)
-            where = {"size": args.where, "by_profile": summarise_where(child.pop("cprofile")), "wall": child}
+    if args.from_json:
+        meta, runs, where = read_result(args.from_json)
+    else:
+        meta, runs, where = _run(args, log)
     summaries = {p: {size: summarise(r) for size, r in by_size.items()} for p, by_size in runs.items()}
     fits = fit_series(summaries)
     targets = evaluate_targets(summaries, fits)

@@ -212,3 +212,24 @@ def test_snapshot_source_extracts_a_commit_and_names_a_bad_one(bench: ModuleType
     assert (tmp_path / "plugins" / "polyprof_builtins" / "torch_cpu.py").is_file()
     with pytest.raises(SystemExit, match="'no-such-commit' is not a commit of this repository"):
         bench.snapshot_source("no-such-commit", str(tmp_path / "other"))
+
+
+def test_fit_residuals_stay_relative_at_small_sizes(bench: ModuleType) -> None:
+    # A run's medians (polyprof warm export, 10k to 1M): an unweighted line would miss 10k by 27x.
+    fit = bench.fit_linear([10_000, 50_000, 200_000, 1_000_000], [0.015, 0.072, 0.293, 1.666])
+    assert max(abs(r) for r in fit["relative_residuals"]) < 0.15
+    with pytest.raises(ValueError, match="must be positive"):
+        bench.fit_linear([10, 20], [0.0, 1.0])
+
+
+def test_from_json_reads_back_what_build_result_wrote(bench: ModuleType, tmp_path: Path) -> None:
+    runs = {
+        "torch": {10_000: [{"export_fresh_s": 0.1}], "convnet": [{"export_fresh_s": 0.2}]},
+        "polyprof": {10_000: [{"export_fresh_s": 0.3}]},
+    }
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(bench.build_result({"commit": "abc"}, runs, {}, {}, [], {"size": 1})))
+    assert bench.read_result(str(path)) == ({"commit": "abc"}, runs, {"size": 1})
+    path.write_text(json.dumps({"schema": "something else"}))
+    with pytest.raises(SystemExit, match="is not a polyprof-bench-postprocessing/1 result"):
+        bench.read_result(str(path))

@@ -11,6 +11,9 @@ process (so peak memory is that profiler's own) and reports:
 * peak RSS of the child.
 
 Usage: python benchmarks/bench_profilers.py [--ops 200000] [--reps 3] [--json out.json]
+
+bench_postprocessing.py measures issue 12's targets: the exit split at torch's _disable_profiler(),
+fresh and warm export, and scaling over sizes.
 """
 
 from __future__ import annotations

@@ -528,7 +528,10 @@ def snapshot_source(commit: str, folder: str) -> str:
         ["git", "archive", full, "core", "plugins"], capture_output=True, check=True, cwd=REPOSITORY
     )
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(folder, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python 3.10.12+, 3.11.4+
+            tar.extractall(folder, filter="data")
+        else:
+            tar.extractall(folder)  # our own repository's archive
     return full
 
 

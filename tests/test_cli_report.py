@@ -26,23 +26,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from polyprof import cli
 from polyprof.cli_report import (
     EXIT_BAD_INPUT,
     SORT_CHOICES,
     ReportOptions,
-    add_report_command,
     default_sort_key,
     load_report_results,
     render_report,
 )
 from polyprof.table import VALID_SORT_KEYS
+from report_cli import CliResult, report_runner
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "polyprof report: error: "
@@ -52,26 +50,10 @@ _TIME_CELL = re.compile(r"^(-?\d+\.\d{3})(us|ms|s)$")
 _US_PER_UNIT = {"us": 1.0, "ms": 1e3, "s": 1e6}
 
 
-@attrs.frozen
-class CliResult:
-    code: int
-    out: str
-    err: str
-
-
 @pytest.fixture
 def report(monkeypatch, capsys) -> Callable[..., CliResult]:
     """Run ``polyprof report ARGS`` in-process through ``polyprof.cli.main``."""
-    commands = [add for add in cli.SUBCOMMANDS if add is not add_report_command]
-    monkeypatch.setattr(cli, "SUBCOMMANDS", [*commands, add_report_command])
-
-    def run(*args: Any) -> CliResult:
-        capsys.readouterr()
-        code = cli.main(["report", *map(str, args)])
-        out, err = capsys.readouterr()
-        return CliResult(code, out, err)
-
-    return run
+    return report_runner(monkeypatch, capsys)
 
 
 def data_rows(table: str) -> list[list[str]]:

@@ -22,16 +22,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from polyprof import cli
 from polyprof.chrome_reader import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, read_chrome_trace
-from polyprof.cli_report import EXIT_BAD_INPUT, add_report_command, terminal_safe
+from polyprof.cli_report import EXIT_BAD_INPUT, terminal_safe
 from polyprof.kineto_format import encode_args
+from report_cli import CliResult, report_runner
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "polyprof report: error: "
@@ -42,27 +41,10 @@ BASE_NS = 1_790_857_026_000_000_000
 RAW_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
-@attrs.frozen
-class CliResult:
-    code: int
-    out: str
-    err: str
-
-
 @pytest.fixture
 def report(monkeypatch, capsys) -> Callable[..., CliResult]:
     """Run ``polyprof report ARGS`` in-process through ``polyprof.cli.main``."""
-    commands = [add for add in cli.SUBCOMMANDS if add is not add_report_command]
-    monkeypatch.setattr(cli, "SUBCOMMANDS", [*commands, add_report_command])
-    monkeypatch.delenv(MAX_BYTES_ENV, raising=False)
-
-    def run(*args: Any) -> CliResult:
-        capsys.readouterr()
-        code = cli.main(["report", *map(str, args)])
-        out, err = capsys.readouterr()
-        return CliResult(code, out, err)
-
-    return run
+    return report_runner(monkeypatch, capsys)
 
 
 def assert_one_line_error(result: CliResult, path: Any, problem: str) -> None:

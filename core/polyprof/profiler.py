@@ -686,9 +686,10 @@ class profile:  # noqa: N801 - torch's name
         ``include_python_functions`` (torch 2.14+): None follows the installed torch, which
         leaves python_function events out from 2.14 and keeps them before.
         """
+        from polyprof.event_list import check_stack_n
+
         self._refuse_if_trace_only()
-        if not isinstance(group_by_stack_n, int) or group_by_stack_n < 0:
-            raise ValueError(f"group_by_stack_n must be an int >= 0, got {group_by_stack_n!r}")
+        check_stack_n(group_by_stack_n)  # before "no data", as torch checks its arguments first
         return self._require_results().key_averages(
             group_by_input_shape=group_by_input_shape,
             group_by_stack_n=group_by_stack_n,

@@ -127,14 +127,9 @@ class Recording:
         self._session_closed = False
         #: The process that last opened this recording; a forked child sees its parent's pid here.
         self._owner_pid: int | None = None
-        self._open = False
         self._recording = False
 
     # ------------------------------------------------------------ state
-
-    @property
-    def is_open(self) -> bool:
-        return self._open
 
     @property
     def recording(self) -> bool:
@@ -169,7 +164,6 @@ class Recording:
         """Take the process's recording gate (raises ``RecordingInProgressError`` if taken)."""
         recording_gate.acquire(self._holder)
         self._owner_pid = os.getpid()
-        self._open = True
 
     def ensure_session(self) -> Any:
         """The open session, created (``polyprof_session_start`` fires) if there is none."""
@@ -240,7 +234,6 @@ class Recording:
                     log.warning("session_shutdown_failed", exc_info=True)
         finally:
             recording_gate.release(self._holder)
-            self._open = False
 
     # ------------------------------------------------------------ output
 

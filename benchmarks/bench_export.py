@@ -29,28 +29,14 @@ import statistics
 import subprocess
 import sys
 
+from child_workloads import WORKLOADS
+
 CHILD = r"""
 import json, os, sys, tempfile, time
 import torch
 torch.set_num_threads(1)
-which, workload, n, shapes = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
-if which == "torch":
-    from torch.profiler import profile, ProfilerActivity
-else:
-    from polyprof import profile, ProfilerActivity
-if workload == "tiny":
-    a = torch.ones(1); b = torch.ones(1)
-    def body():
-        for _ in range(n):
-            torch.add(a, b)
-else:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3),
-                                torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(16 * 28 * 28, 10))
-    x = torch.randn(8, 3, 32, 32)
-    def body():
-        for _ in range(n):
-            model(x).sum().backward()
+which, workload, n_ops, shapes = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+""" + WORKLOADS + r"""
 folder = tempfile.mkdtemp()
 # warm-up: one-time initialisation of torch and of the profiler, an export included
 with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as warm:

@@ -45,6 +45,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from child_workloads import WORKLOADS
+
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SIZES = (10_000, 50_000, 200_000, 1_000_000)
 PROFILERS = ("torch", "polyprof")
@@ -72,24 +74,7 @@ def timed_disable(*args, **kwargs):
 torch_c_autograd._disable_profiler = timed_disable
 torch_autograd_profiler._disable_profiler = timed_disable
 
-if which == "torch":
-    from torch.profiler import profile, ProfilerActivity
-else:
-    from polyprof import profile, ProfilerActivity
-
-if workload == "tiny":
-    a = torch.ones(1); b = torch.ones(1)
-    def body():
-        for _ in range(n_ops):
-            torch.add(a, b)
-else:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3),
-                                torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(16 * 28 * 28, 10))
-    x = torch.randn(8, 3, 32, 32)
-    def body():
-        for _ in range(n_ops):
-            model(x).sum().backward()
+""" + WORKLOADS + r"""
 
 # Warm-up: one-time initialisation of torch and of the profiler.
 body()

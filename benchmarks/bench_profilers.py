@@ -25,29 +25,14 @@ import statistics
 import subprocess
 import sys
 
+from child_workloads import WORKLOADS
+
 CHILD = r"""
 import json, resource, sys, time, os, tempfile
 import torch
 torch.set_num_threads(1)
 which, workload, n_ops = sys.argv[1], sys.argv[2], int(sys.argv[3])
-if which == "torch":
-    from torch.profiler import profile, ProfilerActivity
-else:
-    from polyprof import profile, ProfilerActivity
-
-if workload == "tiny":
-    a = torch.ones(1); b = torch.ones(1)
-    def body():
-        for _ in range(n_ops):
-            torch.add(a, b)
-else:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3),
-                                torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(16 * 28 * 28, 10))
-    x = torch.randn(8, 3, 32, 32)
-    def body():
-        for _ in range(n_ops):
-            model(x).sum().backward()
+""" + WORKLOADS + r"""
 
 # warm-up: one-time initialisation of torch and of the profiler
 body_warm = time.perf_counter(); body(); body_warm = time.perf_counter() - body_warm

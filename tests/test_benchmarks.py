@@ -9,6 +9,7 @@ import argparse
 import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,6 +21,8 @@ BENCH_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_post
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
+    # As when run as a script: the benchmarks' folder is on sys.path (for child_workloads).
+    sys.path.insert(0, str(BENCH_PATH.parent))
     spec = importlib.util.spec_from_file_location("bench_postprocessing", BENCH_PATH)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -21,7 +21,9 @@ the targets as pass/fail lines (never assertions), writes everything to ``--json
 log-log scaling plot to ``--plot`` (matplotlib: ``pip install -e .[bench]``). ``--where SIZE`` adds one
 polyprof child under cProfile (every thread) and reports where its own time goes. ``--at COMMIT`` measures
 that commit's ``core`` and ``plugins`` (extracted to a temporary folder that the children import first)
-instead of the checkout, which others may be editing during the run.
+instead of the checkout, which others may be editing during the run. ``--reader`` chooses how polyprof
+reads torch's result (``POLYPROF_KINETO_READER``): its compiled reader (default; built once before the
+first child, outside every measurement) or the pure-Python fallback.
 
 Usage:
     python benchmarks/bench_postprocessing.py --at HEAD --json out.json --plot docs/images/scaling.png
@@ -53,7 +55,8 @@ PROFILERS = ("torch", "polyprof")
 # The JSON's layout; bump when a key changes meaning so readers of old files can tell.
 RESULT_SCHEMA = "polyprof-bench-postprocessing/1"
 
-CHILD = r"""
+CHILD = (
+    r"""
 import cProfile, io, json, os, pstats, resource, sys, tempfile, threading, time
 import torch
 import torch._C._autograd as torch_c_autograd
@@ -74,7 +77,9 @@ def timed_disable(*args, **kwargs):
 torch_c_autograd._disable_profiler = timed_disable
 torch_autograd_profiler._disable_profiler = timed_disable
 
-""" + WORKLOADS + r"""
+"""
+    + WORKLOADS
+    + r"""
 
 # Warm-up: one-time initialisation of torch and of the profiler.
 body()
@@ -153,6 +158,7 @@ if mode == "cprofile":
     result["cprofile"] = stats
 print(json.dumps(result))
 """
+)
 
 
 def run_child(
@@ -602,8 +608,15 @@ def _run(
     with tempfile.TemporaryDirectory(prefix="polyprof-bench-") as folder:
         source = folder if args.at else None
         meta = _machine_meta(snapshot_source(args.at, folder) if args.at else None)
+        meta["reader"] = args.reader
+        os.environ["POLYPROF_KINETO_READER"] = args.reader  # the children inherit it
+        if args.reader == "native":
+            build_reader(source, log)
         load = meta["load_average_before"]
-        log(f"{meta['source']} {meta['commit'][:10]}, torch {meta['torch']}, load {load}")
+        log(
+            f"{meta['source']} {meta['commit'][:10]}, torch {meta['torch']}, reader {args.reader}, "
+            f"load {load}"
+        )
         runs = _measure(args.sizes, args.steps, args.reps, args.reps_large, args.torch_max_size, source, log)
         meta["load_average_after"] = list(os.getloadavg())
         if not args.at:
@@ -614,6 +627,22 @@ def _run(
             child = run_child("polyprof", "tiny", args.where, mode="cprofile", source=source)
             where = {"size": args.where, "by_profile": summarise_where(child.pop("cprofile")), "wall": child}
     return meta, runs, where
+
+
+def build_reader(source: str | None, log: Callable[[str], None]) -> None:
+    """Build polyprof's compiled reader for this torch before any child is timed (once per torch)."""
+    env = dict(os.environ)
+    if source:
+        paths = [os.path.join(source, "core"), os.path.join(source, "plugins"), env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    log("building polyprof's compiled reader (once per torch build) ...")
+    code = (
+        "import sys, torch; from polyprof import native_reader; "
+        "sys.exit(0 if native_reader.build().built else 1)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"--reader native: the compiled reader did not build:\n{done.stderr[-2000:]}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -641,6 +670,12 @@ def main(argv: list[str] | None = None) -> int:
         "--from-json",
         metavar="FILE",
         help="measure nothing: re-read an earlier --json result's runs; fit, evaluate and plot them again",
+    )
+    parser.add_argument(
+        "--reader",
+        choices=("native", "python"),
+        default="native",
+        help="how polyprof reads torch's result: its compiled reader (default) or the pure-Python one",
     )
     parser.add_argument("--json", help="write the machine-readable result here")
     parser.add_argument("--plot", help="write the log-log scaling plot (PNG) here")

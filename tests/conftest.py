@@ -33,11 +33,21 @@ TORCH_ORACLE_FILES = (
     "test_stacks.py",
     "test_event_attributes.py",
     "test_torch_result.py",
+    "test_native_reader.py",
     "test_*version*.py",
 )
 
 
 TESTS_DIR = Path(__file__).resolve().parent
+
+# Which reader of torch's raw result the tests decode with (polyprof.native_reader): the compiled
+# one where a C++ compiler is present (built once per torch, into the repository's .cache), the
+# pure-Python one otherwise; scripts/test.sh runs the differential subset on both. Set here, at
+# import, so every profile and every child process of the run reads the same.
+os.environ.setdefault("POLYPROF_CACHE_DIR", str(TESTS_DIR.parent / ".cache" / "polyprof"))
+os.environ.setdefault(
+    "POLYPROF_KINETO_READER", "native" if shutil.which(os.environ.get("CXX", "c++")) else "python"
+)
 
 
 def _in_torch_oracle(name: str) -> bool:
@@ -126,3 +136,8 @@ def readonly_dir() -> Iterator[tuple[str, str]]:
     finally:
         os.chmod(readonly, 0o755)
         shutil.rmtree(parent)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    reader = os.environ["POLYPROF_KINETO_READER"]
+    return f"polyprof reader of torch's result: {reader} (POLYPROF_KINETO_READER)"

@@ -45,6 +45,17 @@ class FakeEvent:
         return self._flow[2]
 
 
+def _rows(events: list[FakeEvent]) -> Any:
+    """The fakes as the decoder's rows (a stand-in result is read through its accessors)."""
+    from polyprof.result_rows import ResultRows
+
+    class FakeResult:
+        def events(self) -> list[FakeEvent]:
+            return events
+
+    return ResultRows(FakeResult(), None)
+
+
 FLOW_SCALARS = (
     ("flow_id", "flow_id", "int64"),
     ("flow_type", "flow_type", "int8"),
@@ -58,7 +69,7 @@ def test_flow_details_are_read_only_for_events_with_a_flow() -> None:
     events[3] = FakeEvent((41, 1, True))
     events[7] = FakeEvent((41, 1, False))
 
-    columns = torch_cpu._scalar_columns(events, FLOW_SCALARS)
+    columns = torch_cpu._scalar_columns(_rows(events), FLOW_SCALARS)
 
     assert FakeEvent.calls == {"flow_type": 2, "flow_start": 2}
     assert columns["flow_id"].tolist() == [0, 0, 0, 41, 0, 0, 0, 41, 0, 0]
@@ -71,7 +82,7 @@ def test_flow_details_without_flow_ids_are_read_for_every_event() -> None:
     FakeEvent.calls = {"flow_type": 0, "flow_start": 0}
     events = [FakeEvent((0, 0, False)), FakeEvent((5, 2, True))]
 
-    columns = torch_cpu._scalar_columns(events, FLOW_SCALARS[1:])
+    columns = torch_cpu._scalar_columns(_rows(events), FLOW_SCALARS[1:])
 
     assert FakeEvent.calls == {"flow_type": 2, "flow_start": 2}
     assert columns["flow_type"].tolist() == [0, 2]

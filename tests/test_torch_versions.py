@@ -21,6 +21,7 @@ from polyprof import torch_support
 from polyprof.activity import ProfilerActivity as PA
 from polyprof.config import ProfileConfig
 from polyprof.events import EventBatch, EventKind, concat
+from polyprof.result_rows import ResultRows
 from polyprof.trace import Trace
 from polyprof.tree import EventTree
 
@@ -499,7 +500,7 @@ def test_undecodable_args_are_read_from_torchs_writer_with_bytes_replaced() -> N
         pytest.skip("this torch reads args from its writer anyway (no trace_activities)")
     events = [_FakeEvent("aten::add", 1_000_000)]
     with pytest.warns(RuntimeWarning, match="not valid UTF-8"):
-        column, table = torch_cpu._trace_args_column(_ResultWithBadArgs(events), events)
+        column, table = torch_cpu._trace_args_column(ResultRows(_ResultWithBadArgs(events), None))
     assert len(column) == 1 and column[0] >= 0
     args = table[column[0]]
     assert "\ufffd" in args["Call stack"]

@@ -174,10 +174,54 @@ def run_plugins_command(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------- kineto-reader
+
+
+def add_kineto_reader_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "kineto-reader",
+        help="show or build polyprof's compiled reader of torch's profiler result",
+        description=(
+            "polyprof reads torch's raw profiler result with a small C++ module built against the "
+            "installed torch (about 10 s, once per torch build, into a cache folder); without it, "
+            "in pure Python, with identical results. POLYPROF_KINETO_READER=auto (default) builds it "
+            "in the background after the first profile, native builds it before the first profile, "
+            "python never builds it. See docs/performance.md."
+        ),
+    )
+    parser.add_argument("action", nargs="?", choices=("status", "build"), default="status")
+    parser.add_argument("--force", action="store_true", help="with build: build again, even after a failure")
+    parser.set_defaults(handler=run_kineto_reader_command)
+
+
+def run_kineto_reader_command(args: argparse.Namespace) -> int:
+    from polyprof import native_reader, torch_support
+
+    reason = torch_support.unsupported_reason()
+    if reason is not None:
+        sys.stderr.write(f"polyprof kineto-reader: {reason}\n")
+        return 2
+    if args.action == "build":
+        state = native_reader.build(force=args.force)
+        sys.stdout.write(f"compiled reader: {state.describe()}\n")
+        return 0 if state.built else 1
+    info = native_reader.describe_installed()
+    sys.stdout.write(
+        f"{native_reader.MODE_VARIABLE}={info['mode']}\n"
+        f"torch {info['torch']}: compiled reader {info['state']}\n"
+    )
+    return 0
+
+
 # --------------------------------------------------------------- the command
 
 #: Functions that add one subcommand each (``add_parser(subparsers)``).
-SUBCOMMANDS: list[Callable[[Any], None]] = [add_plugins_command, add_report_command, add_run_command]
+SUBCOMMANDS: list[Callable[[Any], None]] = [
+    add_plugins_command,
+    add_report_command,
+    add_run_command,
+    add_kineto_reader_command,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

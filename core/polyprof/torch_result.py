@@ -331,7 +331,13 @@ class DeviceRowClaims:
         return any(kind(name) is not None for kind in self.host_row_kinds) and not event.is_user_annotation()
 
     def host_rows(self, events: list[Any], activity_types: list[str] | None) -> list[Any]:
-        """The rows of ``events`` the CPU tracer decodes.
+        """The rows of ``events`` the CPU tracer decodes (``host_row_mask``)."""
+        return [
+            ev for ev, kept in zip(events, self.host_row_mask(events, activity_types), strict=True) if kept
+        ]
+
+    def host_row_mask(self, events: list[Any], activity_types: list[str] | None) -> list[bool]:
+        """For each of ``events``, whether the CPU tracer decodes it.
 
         2.12+: host types, and unclaimed types tagged CPU (a device-tagged row
         of a type no tracer claims has no decoder: it is left out, as before
@@ -340,11 +346,10 @@ class DeviceRowClaims:
         cpu = int(DeviceType.CPU)
         if activity_types is not None:
             return [
-                ev
+                t in HOST_ACTIVITY_TYPES or (not self.claims_type(t) and int(ev.device_type()) == cpu)
                 for ev, t in zip(events, activity_types, strict=True)
-                if t in HOST_ACTIVITY_TYPES or (not self.claims_type(t) and int(ev.device_type()) == cpu)
             ]
-        return [ev for ev in events if int(ev.device_type()) == cpu and not self.claims_host_row(ev)]
+        return [int(ev.device_type()) == cpu and not self.claims_host_row(ev) for ev in events]
 
 
 class TorchCollectorOwner(abc.ABC):

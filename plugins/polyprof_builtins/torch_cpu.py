@@ -19,19 +19,18 @@ import threading
 import time
 import warnings
 from collections import defaultdict
-from operator import methodcaller
 from typing import Any
 
 import numpy as np
 
-from polyprof import torch_support
+from polyprof import native_reader, torch_support
 from polyprof._log import get_logger
 from polyprof._memory import release_free_heap
 from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities, Tracer
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
-from polyprof.events import EventBatch, EventKind, concat, intern_column, intern_structured_column
+from polyprof.events import EventBatch, EventKind, Interner, concat, intern_column, intern_structured_column
 from polyprof.hookspecs import hookimpl
 from polyprof.kineto_format import (
     FLOW_TYPE_BY_CATEGORY,
@@ -42,6 +41,8 @@ from polyprof.kineto_format import (
     KinetoArgsText,
     kineto_args_column,
 )
+from polyprof.result_rows import UNDECODABLE_NAME, ResultRows
+from polyprof.result_rows import accessor as _accessor
 from polyprof.session import user_stacklevel
 from polyprof.torch_result import (
     CollectorResult,
@@ -68,39 +69,11 @@ def torch_unavailable_reason() -> str | None:
     return None
 
 
-def _accessor(events: list[Any], name: str) -> Any:
-    """``event.name()`` as a function of the event.
-
-    The unbound pybind method skips methodcaller's attribute lookup per call:
-    about a quarter of the cost of a pass over 200k events.
-    """
-    if events:
-        method = getattr(type(events[0]), name, None)
-        if method is not None:
-            return method
-    return methodcaller(name)
-
-
-def _column(events: list[Any], accessor: str, dtype: str) -> np.ndarray:
-    """One accessor over every event; zeros where the installed torch lacks the accessor."""
-    if not torch_support.installed().has_accessor(accessor):
-        return np.zeros(len(events), dtype=dtype)
-    try:
-        return np.fromiter(map(_accessor(events, accessor), events), dtype=dtype, count=len(events))
-    except OverflowError:
-        if dtype != "int64":
-            raise
-        # Some ids come back as unsigned 64-bit values (e.g. an unset thread id,
-        # 2**64 - 1); keep their bits, so they read as negative int64.
-        values = np.fromiter(map(_accessor(events, accessor), events), dtype="uint64", count=len(events))
-        return values.view(np.int64)
-
-
 def _shapes_key(shapes: list) -> tuple:
     return tuple(tuple(s) if isinstance(s, list) else s for s in shapes)
 
 
-def _trace_args_column(result: Any, events: list[Any]) -> tuple[np.ndarray, tuple]:
+def _trace_args_column(rows: ResultRows) -> tuple[np.ndarray, tuple]:
     """The ``args`` column: Kineto's own args of each event (what its JSON writer prints).
 
     Where torch has ``trace_activities()`` (2.13+) they are its activities'
@@ -108,11 +81,12 @@ def _trace_args_column(result: Any, events: list[Any]) -> tuple[np.ndarray, tupl
     written as torch writes them); older torch has no accessor for them, so
     its own writer (``result.save``) writes the trace once and the args are
     read back from that file as mappings (``_saved_trace_columns``). Either
-    way they are matched to ``events()`` by (name as Kineto writes it, start
+    way they are matched to the rows by (name as Kineto writes it, start
     ns), ties in order of appearance.
     """
+    result = rows.result
     if "trace_activities" not in torch_support.installed().result_methods:
-        return intern_structured_column(_saved_trace_rows(result, events).args())
+        return intern_structured_column(_saved_trace_rows(rows).args())
     pending: dict[int, list[tuple[str, str]]] = defaultdict(list)
     try:
         for act in result.trace_activities():
@@ -128,18 +102,18 @@ def _trace_args_column(result: Any, events: list[Any]) -> tuple[np.ndarray, tupl
             RuntimeWarning,
             stacklevel=2,
         )
-        return intern_structured_column(_saved_trace_rows(result, events).args())
+        return intern_structured_column(_saved_trace_rows(rows).args())
     for queue in pending.values():
         queue.reverse()  # popped from the end: first in the list, first matched
     texts = (
         _pop_match(queue, name)[1] if (queue := pending.get(start)) else None
-        for name, start in zip(_kineto_names(events), map(_accessor(events, "start_ns"), events), strict=True)
+        for name, start in zip(_kineto_names(rows), rows.column("start_ns", "int64").tolist(), strict=True)
     )
-    return kineto_args_column(texts, len(events))
+    return kineto_args_column(texts, rows.count)
 
 
 def _saved_trace_columns(
-    result: Any, events: list[Any], *, with_args: bool, saved: SavedKinetoTrace | None = None
+    rows: ResultRows, *, with_args: bool, saved: SavedKinetoTrace | None = None
 ) -> dict[str, tuple]:
     """The flow columns (and the args, ``with_args``) of ``events``, from torch's own writer.
 
@@ -147,27 +121,37 @@ def _saved_trace_columns(
     draws the fwdbwd flows, so one ``result.save`` gives both flows and args
     (torch writes a result once). ``saved``: that file, where it was read already.
     """
-    rows = saved.rows_for(events) if saved is not None else _saved_trace_rows(result, events)
+    matched = saved.rows_for(rows) if saved is not None else _saved_trace_rows(rows)
     columns: dict[str, tuple] = {
         field: (np.asarray(values, dtype=dtype), None)
         for (field, dtype), values in zip(
-            (("flow_id", "int64"), ("flow_type", "int8"), ("flow_start", "bool")), rows.flows(), strict=True
+            (("flow_id", "int64"), ("flow_type", "int8"), ("flow_start", "bool")),
+            matched.flows(),
+            strict=True,
         )
     }
     if with_args:
-        columns["args"] = intern_structured_column(rows.args())
+        columns["args"] = intern_structured_column(matched.args())
     return columns
 
 
-def _kineto_names(events: list[Any]) -> list[str]:
+def _kineto_names(rows: ResultRows) -> list[str]:
     """Names as Kineto writes them: ``aten::add.Tensor`` where torch recorded an overload name."""
-    names = [_safe_name(ev) for ev in events]
+    name_idx, table, _ = rows.names()
     # torch 2.7 records overload names but its writer leaves them out of names; 2.8+ writes them.
-    if events and hasattr(events[0], "overload_name") and torch_support.installed().at_least(2, 8):
-        for i, overload in enumerate(map(_accessor(events, "overload_name"), events)):
-            if overload:
-                names[i] = f"{names[i]}.{overload}"
-    return names
+    features = torch_support.installed()
+    if rows.count and features.at_least(2, 8) and rows.has_accessor("overload_name"):
+        overload_idx, overloads, _ = rows.names("overload_name", empty="")
+        if len(overloads):
+            pairs = Interner()
+            pair_idx = np.fromiter(
+                map(pairs.__getitem__, zip(name_idx.tolist(), overload_idx.tolist())),
+                dtype=np.int64,
+                count=rows.count,
+            )
+            written = [f"{table[n]}.{overloads[o]}" if o >= 0 else table[n] for n, o in pairs.table()]
+            return [written[i] for i in pair_idx.tolist()]
+    return [table[i] for i in name_idx.tolist()]
 
 
 def _pop_match(queue: list[tuple[str, Any]], name: str) -> tuple[str, Any] | tuple[None, None]:
@@ -210,10 +194,10 @@ class _SavedRows:
         return [f[0] for f in found], [f[1] for f in found], [f[2] for f in found]
 
 
-def _saved_trace_rows(result: Any, events: list[Any]) -> _SavedRows:
-    """Match ``events`` to the host events of the trace torch's own writer writes for ``result``."""
-    saved = SavedKinetoTrace.read(result)
-    return saved.rows_for(events) if saved is not None else _SavedRows([None] * len(events), {})
+def _saved_trace_rows(rows: ResultRows) -> _SavedRows:
+    """Match ``rows`` to the host events of the trace torch's own writer writes for their result."""
+    saved = SavedKinetoTrace.read(rows.result)
+    return saved.rows_for(rows) if saved is not None else _SavedRows([None] * rows.count, {})
 
 
 class SavedKinetoTrace:
@@ -287,20 +271,20 @@ class SavedKinetoTrace:
         starts = (us_to_ns([ev.get("ts", 0) for ev in host]) + base).tolist() if host else []
         return cls(host, starts, flows)
 
-    def rows_for(self, events: list[Any]) -> _SavedRows:
-        """The saved event of each of ``events`` (by name as Kineto writes it and start; ties in order)."""
+    def rows_for(self, rows: ResultRows) -> _SavedRows:
+        """The saved event of each of ``rows`` (by name as Kineto writes it and start; ties in order)."""
         pending: dict[int, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
         for ev, start in zip(self.host, self.starts, strict=True):
             pending[start].append((str(ev.get("name", "")), ev))
         for queue in pending.values():
             queue.reverse()  # popped from the end: first in the file, first matched
-        rows = [
+        matched = [
             _pop_match(queue, name)[1] if (queue := pending.get(start)) else None
             for name, start in zip(
-                _kineto_names(events), map(_accessor(events, "start_ns"), events), strict=True
+                _kineto_names(rows), rows.column("start_ns", "int64").tolist(), strict=True
             )
         ]
-        return _SavedRows(rows, self.flows)
+        return _SavedRows(matched, self.flows)
 
     def python_function_batch(self) -> EventBatch:
         """The python_function events of the file, as trace-only rows.
@@ -400,20 +384,16 @@ class _DeferredDecoder:
 
     def __init__(
         self,
-        result: Any,
+        rows: ResultRows,
         scalars: tuple,
         with_args: bool,
-        keep: np.ndarray | None = None,
         structured: tuple[tuple[str, str], ...] = (),
         saved: SavedKinetoTrace | None = None,
         rerooted: np.ndarray | None = None,
-        claims: DeviceRowClaims | None = None,
     ) -> None:
-        self._result = result
-        self._claims = claims  # the result holds device rows too: read the host rows only
+        self._rows: ResultRows | None = rows  # the batch's rows of torch's result, in batch order
         self._rerooted = rerooted  # frames whose parent was one of polyprof's own: roots now
         self._saved = saved  # torch's own trace of the result, where decoding read it already
-        self._keep = keep
         self._scalars = scalars
         self._structured = structured
         self._with_args = with_args
@@ -437,31 +417,28 @@ class _DeferredDecoder:
             return self._columns[field]
 
     def _decode_all(self) -> dict[str, tuple[np.ndarray, tuple | None]]:
-        result, self._result = self._result, None
-        columns = self._read(result)
-        del result  # the last reference: torch frees its C++ result here
+        rows, self._rows = self._rows, None
+        assert rows is not None
+        columns = self._read(rows)
+        del rows  # the last reference: torch frees its C++ result here
         self._saved = None
         release_free_heap()
         return columns
 
-    def _read(self, result: Any) -> dict[str, tuple[np.ndarray, tuple | None]]:
+    def _read(self, rows: ResultRows) -> dict[str, tuple[np.ndarray, tuple | None]]:
         with _gc_paused():
-            events = _visible_events(result, self._claims)
-            if self._keep is not None:
-                events = [events[i] for i in self._keep.tolist()]
             columns: dict[str, tuple[np.ndarray, tuple | None]] = {
-                field: (values, None) for field, values in _scalar_columns(events, self._scalars).items()
+                field: (values, None) for field, values in _scalar_columns(rows, self._scalars).items()
             }
             for field, accessor in self._structured:
+                events = rows.events()
                 columns[field] = intern_structured_column(map(_accessor(events, accessor), events))
             if not torch_support.installed().has_accessor("flow_id"):
                 # torch < 2.13 has no flow accessors, yet its writer draws the fwdbwd flows: both
                 # flows and args come from one result.save (torch writes a result only once).
-                columns.update(
-                    _saved_trace_columns(result, events, with_args=self._with_args, saved=self._saved)
-                )
+                columns.update(_saved_trace_columns(rows, with_args=self._with_args, saved=self._saved))
             elif self._with_args:
-                columns["args"] = _trace_args_column(result, events)
+                columns["args"] = _trace_args_column(rows)
             if "args" in columns and self._rerooted is not None and len(self._rerooted):
                 columns["args"] = _without_python_parent(*columns["args"], self._rerooted)
         return columns
@@ -472,24 +449,23 @@ class _DeferredDecoder:
 FLOW_DETAILS = frozenset({"flow_type", "flow_start"})
 
 
-def _scalar_columns(events: list[Any], scalars: tuple) -> dict[str, np.ndarray]:
-    """The ``(field, accessor, dtype)`` columns of ``events``; flow details only where ``flow_id`` is set."""
+def _scalar_columns(rows: ResultRows, scalars: tuple) -> dict[str, np.ndarray]:
+    """The ``(field, accessor, dtype)`` columns of ``rows``; flow details only where ``flow_id`` is set."""
     columns = {
-        field: _column(events, accessor, dtype)
-        for field, accessor, dtype in scalars
-        if field not in FLOW_DETAILS
+        field: rows.column(accessor, dtype) for field, accessor, dtype in scalars if field not in FLOW_DETAILS
     }
     flow_id = columns.get("flow_id")
+    with_flow = None if flow_id is None else np.flatnonzero(flow_id != 0)
+    flowing = None if with_flow is None or not len(with_flow) else rows.take(with_flow)
     for field, accessor, dtype in scalars:
         if field not in FLOW_DETAILS:
             continue
-        if flow_id is None:
-            columns[field] = _column(events, accessor, dtype)
+        if with_flow is None:
+            columns[field] = rows.column(accessor, dtype)
             continue
-        values = np.zeros(len(events), dtype=dtype)
-        with_flow = np.flatnonzero(flow_id != 0)
-        if len(with_flow):
-            values[with_flow] = _column([events[i] for i in with_flow.tolist()], accessor, dtype)
+        values = np.zeros(rows.count, dtype=dtype)
+        if flowing is not None:
+            values[with_flow] = flowing.column(accessor, dtype)
         columns[field] = values
     return columns
 
@@ -511,7 +487,12 @@ class _gc_paused:  # noqa: N801 - a context manager, named as one
 
 
 def decode_result(
-    result: Any, config: ProfileConfig, *, pid: int | None = None, claims: DeviceRowClaims | None = None
+    result: Any,
+    config: ProfileConfig,
+    *,
+    pid: int | None = None,
+    claims: DeviceRowClaims | None = None,
+    reader: str | None = None,
 ) -> tuple[EventBatch, dict]:
     """Turn a ``torch._C._autograd._ProfilerResult`` into one ``EventBatch``.
 
@@ -522,40 +503,52 @@ def decode_result(
     batch and facts for the trace (``start_ns``). ``claims``: the rows the
     session's device tracers decode from the same result (default, when
     ``config.torch_activities`` asked torch for device activity: every row
-    of a device type).
+    of a device type). ``reader``: "native", "python" or "auto" (default:
+    ``POLYPROF_KINETO_READER``; ``polyprof.native_reader``).
     """
+    rows = ResultRows(result, _reader(reader))
     with _gc_paused():
-        return _decode_now(result, config, pid=os.getpid() if pid is None else pid, claims=claims)
+        return _decode_now(rows, config, pid=os.getpid() if pid is None else pid, claims=claims)
 
 
-def _visible_events(result: Any, claims: DeviceRowClaims | None = None) -> list[Any]:
-    """``result.events()`` without the events torch's own parse skips (hidden ones).
+def _reader(requested: str | None) -> Any:
+    """The compiled reader to decode with, or None for the Python one; never costs the profile."""
+    try:
+        return native_reader.reader(requested)
+    except Exception as exc:  # noqa: BLE001 - the Python reader gives the same result
+        log.warning("kineto_reader_unavailable", reason=str(exc))
+        return None
+
+
+def _visible_rows(rows: ResultRows, claims: DeviceRowClaims | None = None) -> ResultRows:
+    """The rows of torch's result without the events torch's own parse skips (hidden ones).
 
     ``claims``: without the rows device tracers decode (kernels, copies,
     runtime and driver calls, ...) when torch's collector recorded device
     activity for them (``polyprof.torch_result``).
     """
-    events = result.events()
     if claims is not None:
-        events = _host_rows(events, claims)
+        rows = rows.take(np.flatnonzero(_host_row_mask(rows, claims)))
     if not torch_support.installed().has_accessor("is_hidden_event"):
-        return events  # a torch without the accessor (2.6) hides nothing: its parse reads every event
-    hidden = _column(events, "is_hidden_event", "bool")
+        return rows  # a torch without the accessor (2.6) hides nothing: its parse reads every event
+    hidden = rows.column("is_hidden_event", "bool")
     if hidden.any():
-        events = [ev for ev, h in zip(events, hidden.tolist(), strict=True) if not h]
-    return events
+        rows = rows.take(np.flatnonzero(~hidden))
+    return rows
 
 
-def _host_rows(events: list[Any], claims: DeviceRowClaims) -> list[Any]:
-    """The CPU tracer's rows of a result that holds device rows too: those no device tracer claims.
+def _host_row_mask(rows: ResultRows, claims: DeviceRowClaims) -> np.ndarray:
+    """Which rows of a result that holds device rows too are the CPU tracer's: those no device
+    tracer claims.
 
     By Kineto's activity type where torch has the accessor (2.12+); before, by
     device type and the names device tracers give their host-side rows.
     """
+    events = rows.events()
     types = None
     if torch_support.installed().has_accessor("activity_type"):
         types = list(map(_accessor(events, "activity_type"), events))
-    return claims.host_rows(events, types)
+    return np.array(claims.host_row_mask(events, types), dtype=bool)
 
 
 #: Frames that only polyprof's own bus threads run: the portal thread's entry, and the closer.
@@ -608,9 +601,7 @@ def _own_python_frames(
     return mask
 
 
-def _without_python_parent(
-    indices: np.ndarray, table: tuple, rows: np.ndarray
-) -> tuple[np.ndarray, tuple]:
+def _without_python_parent(indices: np.ndarray, table: tuple, rows: np.ndarray) -> tuple[np.ndarray, tuple]:
     """The args column with the args of ``rows`` as torch writes a root frame's:
     ``"Python parent id": null`` (before 2.15) or no such key (2.15+)."""
     omit = torch_support.installed().at_least(2, 15)
@@ -640,7 +631,6 @@ def _orphaned_by(own: np.ndarray, py_id: np.ndarray, py_parent: np.ndarray) -> n
     return ~own & (py_parent >= 0) & np.isin(py_parent, py_id[own])
 
 
-UNDECODABLE_NAME = "<undecodable name>"
 UNDECODABLE_FRAME = "<undecodable stack frame>"
 
 
@@ -679,32 +669,30 @@ def _stacks(events: list[Any], notes: list[str]) -> list[tuple[str, ...]]:
 
 
 def _decode_now(
-    result: Any, config: ProfileConfig, *, pid: int, claims: DeviceRowClaims | None
+    all_rows: ResultRows, config: ProfileConfig, *, pid: int, claims: DeviceRowClaims | None
 ) -> tuple[EventBatch, dict]:
+    result = all_rows.result
     if claims is None and config.torch_activities:
         claims = DeviceRowClaims()  # every row of a device type is some device tracer's
-    events = _visible_events(result, claims)
-    n = len(events)
+    rows = _visible_rows(all_rows, claims)
+    n = rows.count
     notes: list[str] = []
-    try:
-        name_idx, names = intern_column(map(_accessor(events, "name"), events), count=n)
-    except UnicodeDecodeError:
-        name_idx, names = intern_column(map(_safe_name, events), count=n)
-        bad = names.count(UNDECODABLE_NAME) and int((name_idx == names.index(UNDECODABLE_NAME)).sum())
+    name_idx, names, bad = rows.names()
+    if bad:
         log.warning("undecodable_event_names", events=bad)
         notes.append(
             f"{bad} event name(s) in torch's result were not valid UTF-8 (a torch bug: names read from "
             f"freed memory); they are kept as {UNDECODABLE_NAME!r}"
         )
-    start = _column(events, "start_ns", "int64")
-    end = _column(events, "end_ns", "int64")
-    thread = _column(events, "start_thread_id", "int64")
-    end_thread = _column(events, "end_thread_id", "int64")
+    start = rows.column("start_ns", "int64")
+    end = rows.column("end_ns", "int64")
+    thread = rows.column("start_thread_id", "int64")
+    end_thread = rows.column("end_thread_id", "int64")
     # Booleans instead of activity_type(): no string per event to build and intern.
     kind = np.full(n, EventKind.CPU_OP, dtype=np.int8)
-    kind[_column(events, "is_user_annotation", "bool")] = EventKind.USER_ANNOTATION
+    kind[rows.column("is_user_annotation", "bool")] = EventKind.USER_ANNOTATION
     if config.with_stack:
-        kind[_column(events, "is_python_function", "bool")] = EventKind.PYTHON_FUNCTION
+        kind[rows.column("is_python_function", "bool")] = EventKind.PYTHON_FUNCTION
     for special, special_kind in (
         (MEMORY_EVENT_NAME, EventKind.MEMORY),
         (OUT_OF_MEMORY_EVENT_NAME, EventKind.OUT_OF_MEMORY),
@@ -718,52 +706,51 @@ def _decode_now(
         "dur_ns": end - start,
         "pid": np.full(n, pid, dtype=np.int64),
         "thread": thread,
-        "is_async": _column(events, "is_async", "bool") | (thread != end_thread),
+        "is_async": rows.column("is_async", "bool") | (thread != end_thread),
     }
     tables: dict[str, tuple] = {"name": names}
     deferred_scalars = DEFERRED_SCALARS
     if config.with_stack:
         for field, accessor, dtype in AUTOGRAD_LINKS:
-            columns[field] = _column(events, accessor, dtype)
+            columns[field] = rows.column(accessor, dtype)
     else:
         deferred_scalars = DEFERRED_SCALARS + AUTOGRAD_LINKS
     if config.activities - {ProfilerActivity.CPU}:
         # A device tracer records too: attribution (polyprof.attribution) needs every op's OS
         # thread and id before the table. Two passes now, instead of the whole deferred decode.
         for field, accessor, dtype in ATTRIBUTION_KEYS:
-            columns[field] = _column(events, accessor, dtype)
+            columns[field] = rows.column(accessor, dtype)
         deferred_scalars = tuple(spec for spec in deferred_scalars if spec not in ATTRIBUTION_KEYS)
         if torch_support.installed().has_accessor("external_id"):
             # The device rows carry torch's external id (2.12+), and 2.15 lets only rows with one
             # launch: the ops need theirs in the same column, or concat fills them with 0.
-            columns["external_id"] = _column(events, "external_id", "int64")
+            columns["external_id"] = rows.column("external_id", "int64")
     if config.with_flops:
-        columns["flops"] = _column(events, "flops", "int64")
+        columns["flops"] = rows.column("flops", "int64")
     if config.record_shapes or config.with_flops:
+        events = rows.events()
         columns["shapes"], tables["shapes"] = intern_column(
             (_shapes_key(s) for s in map(_accessor(events, "shapes"), events)), empty=()
         )
     if config.with_stack:
-        columns["stack"], tables["stack"] = intern_column(_stacks(events, notes), empty=())
+        columns["stack"], tables["stack"] = intern_column(_stacks(rows.events(), notes), empty=())
         python = np.flatnonzero(kind == EventKind.PYTHON_FUNCTION)
+        python_rows = rows.take(python)
         for col in ("python_id", "python_parent_id"):
             values = np.full(n, -1, dtype=np.int64)
-            values[python] = [getattr(events[i], col)() for i in python.tolist()]
+            values[python] = python_rows.column(col, "int64")
             columns[col] = values
     if config.capture_overload_names:
-        columns["overload"], tables["overload"] = intern_column(
-            map(_accessor(events, "overload_name"), events), empty=""
-        )
+        columns["overload"], tables["overload"], _ = rows.names("overload_name", empty="")
     memory = np.flatnonzero((kind == EventKind.MEMORY) | (kind == EventKind.OUT_OF_MEMORY))
     if len(memory):
+        memory_rows = rows.take(memory)
         nbytes = np.zeros(n, dtype=np.int64)
         device_type = np.zeros(n, dtype=np.int8)
         device_index = np.zeros(n, dtype=np.int32)
-        for i in memory.tolist():
-            ev = events[i]
-            nbytes[i] = ev.nbytes()
-            device_type[i] = int(ev.device_type())
-            device_index[i] = ev.device_index()
+        nbytes[memory] = memory_rows.column("nbytes", "int64")
+        device_type[memory] = memory_rows.column("device_type", "int8")
+        device_index[memory] = memory_rows.column("device_index", "int32")
         columns.update(nbytes=nbytes, device_type=device_type, device_index=device_index)
     with_args = bool(
         config.record_shapes
@@ -772,7 +759,8 @@ def _decode_now(
         or config.with_stack
         or config.with_modules
     )
-    del events  # the wrappers cost ~330 bytes per event; the deferred pass fetches them again
+    rows.forget_events()  # the wrappers cost ~330 bytes per event; the deferred pass fetches them again
+    all_rows.forget_events()
     release_free_heap()
     keep = rerooted = None
     if config.with_stack:
@@ -804,7 +792,7 @@ def _decode_now(
         else:
             trace_only = saved.python_function_batch()
     deferred = _DeferredDecoder(
-        result, deferred_scalars, with_args, keep, structured, saved, rerooted, claims
+        rows if keep is None else rows.take(keep), deferred_scalars, with_args, structured, saved, rerooted
     )
     batch = EventBatch.build(SOURCE, columns, tables, {f: deferred.provider(f) for f in deferred.fields()})
     facts = {"start_ns": int(result.trace_start_ns()), "notes": notes}
@@ -924,6 +912,11 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         self._end_ns = 0
         self._result_start_ns = 0
         self._notes: list[str] = []
+        # Checked now, so a bad POLYPROF_KINETO_READER fails the profile's creation, not its decode;
+        # "native" builds the compiled reader now, before anything is recorded.
+        self._reader_mode = native_reader.mode()
+        if self._reader_mode == "native":
+            native_reader.reader("native")
 
     def _profiler_config(self) -> Any:
         from torch._C._profiler import ProfilerConfig, ProfilerState
@@ -1086,7 +1079,7 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
 
     def decode(self, item: CollectorResult) -> list[EventBatch]:
         claims = DeviceRowClaims.of(self._result_tracers) if self.config.torch_activities else None
-        batch, facts = decode_result(item.raw, self.config, claims=claims)
+        batch, facts = decode_result(item.raw, self.config, claims=claims, reader=self._reader_mode)
         # A recording paused around a nested profiler has several results: the first start counts.
         self._result_start_ns = min(filter(None, (self._result_start_ns, facts["start_ns"])))
         self._notes.extend(facts["notes"])

@@ -1,0 +1,348 @@
+"""polyprof's compiled reader of torch's raw profiler result: built once per torch, loaded when built.
+
+torch's Python API gives one pybind wrapper per event and one call per field;
+at 200k events reading what a table needs costs more than a quarter of torch's
+own ``_disable_profiler()``. ``native/kineto_reader.cpp`` reads the same
+fields from torch's C++ ``KinetoEvent`` into numpy arrays, about ten times
+faster (docs/performance.md). It must be compiled against the installed
+torch's headers, so it is built here, not by ``pip install``: with torch's own
+``torch.utils.cpp_extension`` (the ``ninja`` wheel is a dependency; the C++
+compiler is the system's), into a cache folder named after the torch build,
+the Python and the source, where every later process finds it.
+
+``POLYPROF_KINETO_READER`` chooses:
+
+* ``auto`` (default): the compiled reader when it is built for this torch;
+  otherwise the pure-Python reader, and one background build (a detached,
+  low-priority process) so later profiles find it. A build that failed (no
+  compiler, say) is remembered with its reason and not retried by ``auto``.
+* ``native``: the compiled reader, built now if need be; an error saying why
+  when it cannot be.
+* ``python``: the pure-Python reader; nothing is built.
+
+Both readers give identical results (tests/test_native_reader.py compares
+them). ``POLYPROF_CACHE_DIR`` moves the cache (default
+``$XDG_CACHE_HOME/polyprof`` or ``~/.cache/polyprof``). ``polyprof
+kineto-reader`` shows the state and builds on request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+import sysconfig
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import attrs
+
+from polyprof import torch_support
+from polyprof.errors import PolyprofError
+from polyprof.fileio import atomic_writer
+from polyprof.log import get_logger
+
+log = get_logger(__name__)
+
+MODE_VARIABLE = "POLYPROF_KINETO_READER"
+MODES = ("auto", "native", "python")
+CACHE_VARIABLE = "POLYPROF_CACHE_DIR"
+#: The extension module's name (its ``PyInit_`` symbol); one per cache folder.
+MODULE_NAME = "polyprof_kineto_reader"
+SOURCE = Path(__file__).with_name("native") / "kineto_reader.cpp"
+#: Accessors of torch's ``_KinetoEvent`` whose C++ counterparts only some torch releases have; the
+#: build defines ``POLYPROF_HAS_<name>`` for those the installed torch's Python bindings offer.
+VERSIONED_ACCESSORS = (
+    "is_python_function",
+    "is_hidden_event",
+    "flow_id",
+    "external_id",
+    "python_id",
+    "python_module_id",
+    "overload_name",
+)
+#: Marker files in a build folder: the build loaded and passed its check / it failed (the reason).
+BUILT_MARKER = "built"
+FAILED_MARKER = "failed"
+
+
+class NativeReaderUnavailable(PolyprofError):
+    """``POLYPROF_KINETO_READER=native`` and the compiled reader cannot be built or loaded here."""
+
+
+def mode() -> str:
+    """The reader ``POLYPROF_KINETO_READER`` asks for; a clear error for anything else."""
+    value = os.environ.get(MODE_VARIABLE, "auto").strip().lower() or "auto"
+    if value not in MODES:
+        raise PolyprofError(
+            f"{MODE_VARIABLE}={os.environ[MODE_VARIABLE]!r} is not a reader; choose one of {', '.join(MODES)}"
+        )
+    return value
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get(CACHE_VARIABLE)
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "polyprof"
+
+
+@attrs.frozen
+class BuildSpec:
+    """What one build of the reader is for: the folder name is a hash of all of it."""
+
+    torch_version: str
+    torch_git: str
+    python_tag: str
+    platform: str
+    defines: tuple[str, ...]
+    source_digest: str
+
+    @classmethod
+    def for_installed_torch(cls) -> BuildSpec:
+        return _installed_spec()
+
+    @classmethod
+    def of_torch(cls) -> BuildSpec:
+        import torch
+
+        features = torch_support.installed()
+        defines = tuple(
+            f"-DPOLYPROF_HAS_{name}" for name in VERSIONED_ACCESSORS if features.has_accessor(name)
+        )
+        return cls(
+            torch_version=str(torch.__version__),
+            torch_git=str(getattr(torch.version, "git_version", "")),
+            python_tag=sys.implementation.cache_tag or sys.version,
+            platform=sysconfig.get_platform(),
+            defines=defines,
+            source_digest=hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
+        )
+
+    @property
+    def key(self) -> str:
+        text = "\n".join(
+            [
+                self.torch_version,
+                self.torch_git,
+                self.python_tag,
+                self.platform,
+                *self.defines,
+                self.source_digest,
+            ]
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    def folder(self) -> Path:
+        return cache_root() / "kineto-reader" / self.key
+
+
+@functools.cache
+def _installed_spec() -> BuildSpec:
+    return BuildSpec.of_torch()  # torch does not change within a process
+
+
+@attrs.frozen
+class BuildState:
+    """Where the reader for the installed torch stands: built, failed (why), or not built."""
+
+    folder: Path
+    built: bool
+    failure: str | None
+
+    @classmethod
+    def of(cls, spec: BuildSpec) -> BuildState:
+        folder = spec.folder()
+        failure = None
+        with contextlib.suppress(OSError):
+            failure = (folder / FAILED_MARKER).read_text(encoding="utf-8").strip() or "unknown"
+        return cls(folder, (folder / BUILT_MARKER).is_file() and _module_file(folder) is not None, failure)
+
+    def describe(self) -> str:
+        if self.built:
+            return f"built in {self.folder}"
+        if self.failure is not None:
+            return f"the build failed ({self.failure}); 'polyprof kineto-reader build' tries again"
+        return f"not built yet (cache {self.folder})"
+
+
+def _module_file(folder: Path) -> Path | None:
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    for candidate in (folder / f"{MODULE_NAME}{suffix}", folder / f"{MODULE_NAME}.so"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+_loaded: dict[str, ModuleType] = {}
+_load_lock = threading.Lock()
+_background_started: set[str] = set()
+
+
+def _load(folder: Path) -> ModuleType:
+    path = _module_file(folder)
+    if path is None:
+        raise ImportError(f"no {MODULE_NAME} module in {folder}")
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build(*, force: bool = False) -> BuildState:
+    """Build the reader for the installed torch now (this process; about 10 s), unless built already.
+
+    A failure is written to the folder's ``failed`` marker and returned, not
+    raised. Concurrent builds of one folder wait for each other (torch's build
+    lock), so many ranks starting at once build it once.
+    """
+    spec = BuildSpec.for_installed_torch()
+    state = BuildState.of(spec)
+    if state.built and not force:
+        return state
+    folder = state.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        (folder / FAILED_MARKER).unlink()
+    with contextlib.suppress(FileNotFoundError):
+        (folder / BUILT_MARKER).unlink()
+    try:
+        _compile(spec, folder)
+        module = _load(folder)
+        fields = set(module.field_names())
+        if not {"start_ns", "end_ns", "start_thread_id"} <= fields:
+            raise ImportError(f"the built module reads only {sorted(fields)}")
+    except Exception as exc:  # noqa: BLE001 - any failure (no compiler, headers, linker) is a reason
+        reason = _one_line(exc)
+        _write_marker(folder / FAILED_MARKER, reason)
+        log.warning("kineto_reader_build_failed", folder=str(folder), reason=reason)
+        return BuildState.of(spec)
+    _write_marker(folder / BUILT_MARKER, spec.torch_version)
+    log.info("kineto_reader_built", folder=str(folder))
+    return BuildState.of(spec)
+
+
+def _compile(spec: BuildSpec, folder: Path) -> None:
+    from torch.utils import cpp_extension
+
+    # torch's builder runs "ninja" from PATH; the ninja wheel's binary is not on PATH when the
+    # environment's python is run without activating it.
+    extra_path = []
+    with contextlib.suppress(ImportError, AttributeError):
+        import ninja
+
+        extra_path.append(str(ninja.BIN_DIR))
+    extra_path.append(sysconfig.get_path("scripts"))
+    os.environ["PATH"] = os.pathsep.join([*extra_path, os.environ.get("PATH", "")])
+    cpp_extension.load(
+        name=MODULE_NAME,
+        sources=[str(SOURCE)],
+        extra_cflags=["-O2", *spec.defines],
+        build_directory=str(folder),
+        is_python_module=True,
+        verbose=False,
+    )
+
+
+def _write_marker(path: Path, text: str) -> None:
+    with atomic_writer(path) as out:
+        out.write(text + "\n")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[-400:]}" if text else type(exc).__name__
+
+
+def _start_background_build(spec: BuildSpec) -> None:
+    """One detached, low-priority build per process and torch build; its outcome lands in the cache."""
+    if spec.key in _background_started or not sys.executable:
+        return
+    _background_started.add(spec.key)
+    try:
+        subprocess.Popen(
+            [sys.executable, "-m", "polyprof.native_reader", "--background-build"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        log.warning("kineto_reader_build_not_started", reason=_one_line(exc))
+        return
+    log.info("kineto_reader_building_in_background", folder=str(spec.folder()))
+
+
+def reader(requested: str | None = None) -> ModuleType | None:
+    """The compiled reader to decode with, or None for the pure-Python one (``mode()`` decides).
+
+    ``native`` builds it now if need be and raises ``NativeReaderUnavailable``
+    with the reason when it cannot; ``auto`` never waits for a build.
+    """
+    chosen = requested or mode()
+    if chosen == "python":
+        return None
+    spec = BuildSpec.for_installed_torch()
+    with _load_lock:
+        if spec.key in _loaded:
+            return _loaded[spec.key]
+        state = BuildState.of(spec)
+        if not state.built:
+            if chosen == "auto":
+                if state.failure is None:
+                    _start_background_build(spec)
+                return None
+            state = build()
+            if not state.built:
+                raise NativeReaderUnavailable(
+                    f"{MODE_VARIABLE}=native, but polyprof's compiled reader for torch {spec.torch_version} "
+                    f"is unavailable: {state.describe()}; {MODE_VARIABLE}=python or auto read torch's "
+                    "result in pure Python"
+                )
+        try:
+            module = _load(state.folder)
+        except ImportError as exc:
+            if chosen == "native":
+                raise NativeReaderUnavailable(f"polyprof's compiled reader does not load: {exc}") from exc
+            log.warning("kineto_reader_not_loaded", folder=str(state.folder), reason=_one_line(exc))
+            return None
+        _loaded[spec.key] = module
+        return module
+
+
+def _background_main() -> int:
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(19)  # never compete with the training job that profiled
+    import torch  # noqa: F401 - the build reads the installed torch
+
+    return 0 if build().built else 1
+
+
+def describe_installed() -> dict[str, Any]:
+    """The state ``polyprof kineto-reader`` prints: mode, cache folder, built or why not."""
+    spec = BuildSpec.for_installed_torch()
+    state = BuildState.of(spec)
+    return {
+        "mode": mode(),
+        "torch": spec.torch_version,
+        "folder": str(state.folder),
+        "built": state.built,
+        "failure": state.failure,
+        "state": state.describe(),
+    }
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--background-build"]:
+        sys.exit(_background_main())
+    sys.exit("usage: python -m polyprof.native_reader --background-build (see 'polyprof kineto-reader')")

@@ -1,0 +1,304 @@
+"""polyprof's compiled reader of torch's raw result against its pure-Python reader (issue 12).
+
+The compiled reader (polyprof.native_reader, core/polyprof/native/kineto_reader.cpp) must give
+exactly what the Python reader gives: every column, decoded at once or deferred, on every
+supported torch (this file is in the differential subset). torch's own parse is the oracle for
+the Python reader (test_results.py, test_event_attributes.py, ...); scripts/test.sh runs that
+subset with each reader. Here: the two readers on the same raw result, the row subsets the
+decoder takes, and what happens when the compiled reader cannot be built or is asked wrongly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from polyprof import native_reader, torch_support
+from polyprof.config import ProfileConfig
+from polyprof.errors import PolyprofError
+from polyprof.result_rows import ResultRows
+
+torch = pytest.importorskip("torch")
+torch_cpu = pytest.importorskip("polyprof_builtins.torch_cpu")
+if torch_cpu.torch_unavailable_reason() is not None:
+    pytest.skip(torch_cpu.torch_unavailable_reason(), allow_module_level=True)
+
+from torch._C._profiler import _ExperimentalConfig  # noqa: E402
+from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
+
+from polyprof.activity import ProfilerActivity as PA  # noqa: E402
+
+FEATURES = torch_support.installed()
+HAS_COMPILER = shutil.which(os.environ.get("CXX", "c++")) is not None
+needs_compiler = pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler here: only the Python reader")
+
+
+@pytest.fixture(scope="module")
+def compiled() -> Any:
+    if not HAS_COMPILER:
+        pytest.skip("no C++ compiler here: only the Python reader")
+    return native_reader.reader("native")
+
+
+def _workload() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    x = torch.randn(4, 8, requires_grad=True)
+    for step in range(2):
+        with record_function(f"step_{step}"):
+            loss = model(x).sum()
+            loss.backward()
+        torch.ones(3).add_(1)
+
+
+FLAG_SETS = {
+    "default": {},
+    "record_shapes": {"record_shapes": True},
+    "profile_memory": {"profile_memory": True},
+    "with_stack": {"with_stack": True},
+    "with_flops": {"with_flops": True},
+    "with_modules": {"with_modules": True},
+    "every_flag": {
+        "record_shapes": True,
+        "profile_memory": True,
+        "with_stack": True,
+        "with_flops": True,
+        "with_modules": True,
+    },
+}
+
+
+def _raw_result(flags: dict[str, Any]) -> tuple[Any, ProfileConfig]:
+    experimental = {k: True for k in ("capture_overload_names",) if k in FEATURES.experimental_fields}
+    with profile(
+        activities=[ProfilerActivity.CPU], experimental_config=_ExperimentalConfig(**experimental), **flags
+    ) as prof:
+        _workload()
+    return prof.profiler.kineto_results, ProfileConfig(activities={PA.CPU}, **flags, **experimental)
+
+
+@pytest.fixture
+def saved_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch writes a result once (before 2.13 the args and flows come from that file): both
+    readers' decodes of one result share the one read."""
+    read = torch_cpu.SavedKinetoTrace.read
+    memo: dict[int, Any] = {}
+
+    def read_once(result: Any) -> Any:
+        if id(result) not in memo:
+            memo[id(result)] = read(result)
+        return memo[id(result)]
+
+    monkeypatch.setattr(torch_cpu.SavedKinetoTrace, "read", staticmethod(read_once))
+
+
+def _every_column(batch: Any) -> dict[str, tuple[np.ndarray, tuple]]:
+    full = batch.materialized()
+    return {field: (full[field], full.table(field)) for field in full.fields}
+
+
+@pytest.mark.parametrize("flags", list(FLAG_SETS.values()), ids=list(FLAG_SETS))
+def test_both_readers_decode_the_same_batch(flags: dict[str, Any], compiled: Any, saved_once: None) -> None:
+    result, config = _raw_result(flags)
+    native_batch, native_facts = torch_cpu.decode_result(result, config, pid=1, reader="native")
+    python_batch, python_facts = torch_cpu.decode_result(result, config, pid=1, reader="python")
+    assert native_facts == python_facts
+    assert native_batch.fields == python_batch.fields
+    native, python = _every_column(native_batch), _every_column(python_batch)
+    assert len(native_batch) == len(python_batch) > 20
+    for field in python:
+        assert native[field][1] == python[field][1], f"table of {field}"
+        assert native[field][0].dtype == python[field][0].dtype, field
+        np.testing.assert_array_equal(native[field][0], python[field][0], err_msg=field)
+
+
+def _fields_to_compare() -> list[tuple[str, str]]:
+    wanted = [
+        ("start_ns", "int64"),
+        ("end_ns", "int64"),
+        ("start_thread_id", "int64"),
+        ("end_thread_id", "int64"),
+        ("fwd_thread_id", "int64"),
+        ("sequence_nr", "int64"),
+        ("scope", "int8"),
+        ("device_type", "int8"),
+        ("device_index", "int32"),
+        ("device_resource_id", "int64"),
+        ("correlation_id", "int64"),
+        ("linked_correlation_id", "int64"),
+        ("is_async", "bool"),
+        ("is_user_annotation", "bool"),
+        ("is_python_function", "bool"),
+        ("is_hidden_event", "bool"),
+        ("flops", "int64"),
+        ("nbytes", "int64"),
+        ("flow_id", "int64"),
+        ("flow_type", "int8"),
+        ("flow_start", "bool"),
+        ("external_id", "int64"),
+        ("python_id", "int64"),
+        ("python_parent_id", "int64"),
+        ("python_module_id", "int64"),
+    ]
+    return [(name, dtype) for name, dtype in wanted if FEATURES.has_accessor(name)]
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Any:
+    result, _ = _raw_result(FLAG_SETS["every_flag"])
+    return result
+
+
+def test_the_compiled_reader_reads_every_field_torch_offers(compiled: Any) -> None:
+    offered = {name for name, _ in _fields_to_compare()}
+    assert offered <= set(compiled.field_names())
+
+
+@needs_compiler
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_rows_read_alike(data: st.DataObject, recorded: Any, compiled: Any) -> None:
+    """Columns and names of any subset of rows, in any order, repeats allowed, as the accessors give."""
+    count = len(recorded.events())
+    indices = np.array(data.draw(st.lists(st.integers(0, count - 1), max_size=60)), dtype=np.int64)
+    native = ResultRows(recorded, compiled).take(indices)
+    python = ResultRows(recorded, None).take(indices)
+    assert native.native and not python.native
+    for name, dtype in _fields_to_compare():
+        np.testing.assert_array_equal(native.column(name, dtype), python.column(name, dtype), err_msg=name)
+    for which in ("name", "overload_name"):
+        if which == "name" or FEATURES.has_accessor(which):
+            n_idx, n_table, n_bad = native.names(which, empty="")
+            p_idx, p_table, p_bad = python.names(which, empty="")
+            np.testing.assert_array_equal(n_idx, p_idx)
+            assert (n_table, n_bad) == (p_table, p_bad)
+
+
+def test_a_row_outside_the_result_is_refused_with_the_count(recorded: Any, compiled: Any) -> None:
+    count = len(recorded.events())
+    rows = ResultRows(recorded, compiled).take(np.array([0, count], dtype=np.int64))
+    with pytest.raises(IndexError, match=f"row index {count} is outside the {count} events"):
+        rows.column("start_ns", "int64")
+
+
+def test_stand_ins_for_torchs_result_are_read_in_python(compiled: Any) -> None:
+    class Event:
+        def start_ns(self) -> int:
+            return 5
+
+    class StandIn:
+        def events(self) -> list[Event]:
+            return [Event(), Event()]
+
+    rows = ResultRows(StandIn(), compiled)
+    assert not rows.native
+    assert rows.column("start_ns", "int64").tolist() == [5, 5]
+
+
+# ----------------------------------------------------------------- choosing and building
+
+
+def test_a_bad_reader_choice_fails_the_profiles_start_naming_the_choices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import polyprof
+
+    monkeypatch.setenv(native_reader.MODE_VARIABLE, "fastest")
+    prof = polyprof.profile(activities=[polyprof.ProfilerActivity.CPU])
+    with pytest.raises(PolyprofError, match="'fastest' is not a reader; choose one of auto, native, python"):
+        prof.start()  # before anything is recorded
+    assert not torch.autograd.profiler._is_profiler_enabled
+
+
+@pytest.fixture
+def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv(native_reader.CACHE_VARIABLE, str(tmp_path))
+    monkeypatch.setattr(native_reader, "_loaded", {})
+    monkeypatch.setattr(native_reader, "_background_started", set())
+    yield tmp_path
+
+
+def _spawns(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    started: list[list[str]] = []
+
+    class Popen:
+        def __init__(self, args: list[str], **kwargs: Any) -> None:
+            assert kwargs["start_new_session"] is True and kwargs["stdout"] is subprocess.DEVNULL
+            started.append(args)
+
+    monkeypatch.setattr(native_reader.subprocess, "Popen", Popen)
+    return started
+
+
+def test_auto_reads_in_python_and_builds_once_in_the_background(
+    empty_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = _spawns(monkeypatch)
+    assert native_reader.reader("auto") is None
+    assert native_reader.reader("auto") is None
+    assert started == [[sys.executable, "-m", "polyprof.native_reader", "--background-build"]]
+
+
+def test_a_failed_build_is_remembered_and_auto_falls_back_to_python(
+    empty_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no compiler works, the build fails once, says why, and profiles still come out whole."""
+    import polyprof
+
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    state = native_reader.build()
+    assert not state.built and state.failure
+    assert (state.folder / native_reader.FAILED_MARKER).is_file()
+    started = _spawns(monkeypatch)
+    assert native_reader.reader("auto") is None
+    assert started == []  # not retried by auto
+    with pytest.raises(native_reader.NativeReaderUnavailable, match="the build failed"):
+        native_reader.reader("native")
+
+    monkeypatch.setenv(native_reader.MODE_VARIABLE, "auto")
+    with polyprof.profile(activities=[polyprof.ProfilerActivity.CPU]) as prof:
+        torch.ones(4).add_(1)
+    assert "aten::add_" in prof.key_averages().table()
+
+
+def test_python_never_builds(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started = _spawns(monkeypatch)
+    assert native_reader.reader("python") is None
+    assert started == []
+    assert not any(empty_cache.iterdir())
+
+
+@pytest.mark.slow
+@needs_compiler
+def test_the_background_build_leaves_a_reader_the_next_profile_loads(empty_cache: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "polyprof.native_reader", "--background-build"],
+        env={**os.environ, native_reader.CACHE_VARIABLE: str(empty_cache)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert native_reader.BuildState.of(native_reader.BuildSpec.for_installed_torch()).built
+    module = native_reader.reader("auto")
+    assert module is not None and "start_ns" in module.field_names()
+
+
+def test_the_cli_reports_the_reader(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from polyprof.cli import main
+
+    monkeypatch.setenv(native_reader.MODE_VARIABLE, "python")
+    assert main(["kineto-reader"]) == 0
+    out = capsys.readouterr().out
+    assert "POLYPROF_KINETO_READER=python" in out and "cache" in out

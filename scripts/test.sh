@@ -50,6 +50,18 @@ if [ -n "$EXTRA_VERSIONS" ]; then
 fi
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$RESULTS/torch-2.13.0-whole-suite.junit.xml" "$@"
 main_rc=$?
+# The runs above read torch's result with polyprof's compiled reader where a C++ compiler is present
+# (tests/conftest.py); the differential subset runs once more with the pure-Python reader, the
+# fallback where none is (polyprof.native_reader).
+if [ -n "$EXTRA_VERSIONS" ] && [ $# -eq 0 ]; then
+    echo
+    echo "=== torch 2.13.0: differential subset with the pure-Python reader ==="
+    POLYPROF_KINETO_READER=python "$VENV/bin/python" -m pytest -q -p no:cacheprovider -m torch_oracle \
+        --junitxml="$RESULTS/torch-2.13.0-python-reader.junit.xml"
+    python_rc=$?
+    runs+=("$RESULTS/torch-2.13.0-python-reader.junit.xml")
+    [ $main_rc -eq 0 ] && main_rc=$python_rc
+fi
 if [ ${#runs[@]} -eq 0 ]; then
     exit $main_rc  # pytest's own summary is the last line
 fi

@@ -175,12 +175,27 @@ def test_any_rows_read_alike(data: st.DataObject, recorded: Any, compiled: Any) 
     assert native.native and not python.native
     for name, dtype in _fields_to_compare():
         np.testing.assert_array_equal(native.column(name, dtype), python.column(name, dtype), err_msg=name)
+    for name in ("metadata_json", "activity_type", "extra_meta", "typed_metadata"):
+        if FEATURES.has_accessor(name):
+            n_idx, n_table = native.structured(name)
+            p_idx, p_table = python.structured(name)
+            np.testing.assert_array_equal(n_idx, p_idx, err_msg=name)
+            assert n_table == p_table, name
     for which in ("name", "overload_name"):
         if which == "name" or FEATURES.has_accessor(which):
             n_idx, n_table, n_bad = native.names(which, empty="")
             p_idx, p_table, p_bad = python.names(which, empty="")
             np.testing.assert_array_equal(n_idx, p_idx)
             assert (n_table, n_bad) == (p_table, p_bad)
+
+
+def test_host_rows_structured_metadata_is_read_without_torchs_wrappers(recorded: Any, compiled: Any) -> None:
+    """What makes the deferred decode fast: no ``events()`` list for the structured columns."""
+    rows = ResultRows(recorded, compiled)
+    for name in ("metadata_json", "activity_type", "extra_meta", "typed_metadata"):
+        if FEATURES.has_accessor(name) and (name != "activity_type" or FEATURES.at_least(2, 13)):
+            rows.structured(name)
+            assert rows._all_events is None, name
 
 
 def test_a_row_outside_the_result_is_refused_with_the_count(recorded: Any, compiled: Any) -> None:

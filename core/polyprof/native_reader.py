@@ -66,6 +66,8 @@ VERSIONED_ACCESSORS = (
     "python_id",
     "python_module_id",
     "overload_name",
+    "metadata_json",
+    "typed_metadata",
 )
 #: Marker files in a build folder: the build loaded and passed its check / it failed (the reason).
 BUILT_MARKER = "built"
@@ -117,6 +119,8 @@ class BuildSpec:
         defines = tuple(
             f"-DPOLYPROF_HAS_{name}" for name in VERSIONED_ACCESSORS if features.has_accessor(name)
         )
+        if features.has_accessor("activity_type") and _kineto_names_types_inline(torch):
+            defines += ("-DPOLYPROF_HAS_activity_type",)
         return cls(
             torch_version=str(torch.__version__),
             torch_git=str(getattr(torch.version, "git_version", "")),
@@ -142,6 +146,16 @@ class BuildSpec:
 
     def folder(self) -> Path:
         return cache_root() / "kineto-reader" / self.key
+
+
+def _kineto_names_types_inline(torch: Any) -> bool:
+    """Whether torch's Kineto header defines ``toString(ActivityType)`` inline (2.13+): older
+    releases keep it inside libtorch, unexported, so the reader leaves activity types to Python."""
+    header = Path(torch.__file__).parent / "include" / "kineto" / "ActivityType.h"
+    try:
+        return "inline const char* toString(ActivityType" in header.read_text(encoding="utf-8")
+    except OSError:
+        return False
 
 
 @functools.cache

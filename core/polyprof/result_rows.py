@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from polyprof import torch_support
-from polyprof.events import intern_column
+from polyprof.events import intern_column, intern_structured_column
 
 #: What a name torch cannot hand over as UTF-8 becomes (a torch bug: names read from freed memory).
 UNDECODABLE_NAME = "<undecodable name>"
@@ -132,15 +132,39 @@ class ResultRows:
             return np.zeros(self.count, dtype=dtype)
         if name not in self._native_fields:
             return accessor_column(self.events(), name, dtype)
-        assert self._reader is not None
-        values = np.empty(self.count, dtype=np.int64)
-        self._reader.fill(self.result, name, self._indices, values)
+        values = self._native_column(name)
         return values if dtype == "int64" else values.astype(dtype)
 
-    def names(self, which: str = "name", *, empty: str | None = None) -> tuple[np.ndarray, tuple, int]:
-        """``which`` ("name" or "overload_name") of every row, interned as ``intern_column`` does
+    def _native_column(self, field: str) -> np.ndarray:
+        assert self._reader is not None
+        values = np.empty(self.count, dtype=np.int64)
+        self._reader.fill(self.result, field, self._indices, values)
+        return values
+
+    def structured(self, name: str) -> tuple[np.ndarray, tuple]:
+        """``event.<name>()`` of every row as ``intern_structured_column`` interns it (empty: -1).
+
+        The compiled reader interns the texts (``metadata_json``, ``activity_type``) itself and
+        sees that the mappings (``extra_meta``, ``typed_metadata``) are empty, as they are on
+        host rows; anything else is read through the accessors.
+        """
+        if self._reader is not None:
+            if name in ("metadata_json", "activity_type"):
+                indices, table, _ = self.names(name, empty="", fallback=False)
+                if indices is not None:
+                    return indices, table
+            elif f"{name}_size" in self._native_fields and not self._native_column(f"{name}_size").any():
+                return np.full(self.count, -1, dtype=np.int32), ()
+        events = self.events()
+        return intern_structured_column(map(accessor(events, name), events))
+
+    def names(
+        self, which: str = "name", *, empty: str | None = None, fallback: bool = True
+    ) -> tuple[Any, tuple, int]:
+        """``which`` ("name", "overload_name", ...) of every row, interned as ``intern_column`` does
         (``empty``: the text that gets index -1): (indices, table, how many rows had a text torch
-        could not hand over as UTF-8, each now ``UNDECODABLE_NAME``)."""
+        could not hand over as UTF-8, each now ``UNDECODABLE_NAME``). Without ``fallback``, indices
+        are None where the compiled reader cannot read ``which``."""
         if self._reader is not None and (which == "name" or torch_support.installed().has_accessor(which)):
             indices = np.empty(self.count, dtype=np.int32)
             try:
@@ -156,6 +180,8 @@ class ResultRows:
                     indices = np.where(indices == at, -1, indices - (indices > at)).astype(np.int32)
                     table = table[:at] + table[at + 1 :]
                 return indices, table, int(undecodable)
+        if not fallback:
+            return None, (), 0
         events = self.events()
         try:
             indices, table = intern_column(

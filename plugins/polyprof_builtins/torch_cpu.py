@@ -431,8 +431,7 @@ class _DeferredDecoder:
                 field: (values, None) for field, values in _scalar_columns(rows, self._scalars).items()
             }
             for field, accessor in self._structured:
-                events = rows.events()
-                columns[field] = intern_structured_column(map(_accessor(events, accessor), events))
+                columns[field] = rows.structured(accessor)
             if not torch_support.installed().has_accessor("flow_id"):
                 # torch < 2.13 has no flow accessors, yet its writer draws the fwdbwd flows: both
                 # flows and args come from one result.save (torch writes a result only once).

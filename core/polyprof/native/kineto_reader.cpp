@@ -12,6 +12,9 @@
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <pybind11/pybind11.h>
+#ifdef POLYPROF_HAS_activity_type
+#include <kineto/ActivityType.h>
+#endif
 
 #include <cstdint>
 #include <cstring>
@@ -59,6 +62,13 @@ const std::unordered_map<std::string, Field>& fields() {
          const uint8_t type = e.activityType();
          return static_cast<int64_t>(type == kUserAnnotation || type == kGpuUserAnnotation);
        }},
+      // How many entries a row's structured metadata has: the decoder reads the (rare) non-empty
+      // ones through torch's Python accessors.
+      {"extra_meta_size", [](const KinetoEvent& e) { return static_cast<int64_t>(e.extraMeta().size()); }},
+#ifdef POLYPROF_HAS_typed_metadata
+      {"typed_metadata_size",
+       [](const KinetoEvent& e) { return static_cast<int64_t>(e.typedMetadata().size()); }},
+#endif
 #ifdef POLYPROF_HAS_is_python_function
       {"is_python_function", [](const KinetoEvent& e) { return static_cast<int64_t>(e.isPythonFunction()); }},
 #endif
@@ -161,7 +171,7 @@ void fill(const py::object& result, const std::string& field, const py::object& 
   }
 }
 
-// Interns ``which`` ("name" or "overload_name") of each row: fills ``out`` (int32) with indices
+// Interns ``which`` ("name", "overload_name", "metadata_json" or "activity_type") of each row: fills ``out`` (int32) with indices
 // into the returned table, in order of first appearance. A text that is not valid UTF-8 (torch
 // sometimes reads frame names from freed memory) becomes ``undecodable``; returns
 // (table, how many rows had such a text).
@@ -177,6 +187,17 @@ py::tuple intern_texts(
 #ifdef POLYPROF_HAS_overload_name
   } else if (which == "overload_name") {
     text = [](const KinetoEvent& e) { return e.overload_name(); };
+#endif
+#ifdef POLYPROF_HAS_metadata_json
+  } else if (which == "metadata_json") {
+    text = [](const KinetoEvent& e) { return e.metadataJson(); };
+#endif
+#ifdef POLYPROF_HAS_activity_type
+  } else if (which == "activity_type") {
+    // Kineto's name of the type, as torch's activity_type() gives it
+    text = [](const KinetoEvent& e) {
+      return std::string(libkineto::toString(static_cast<libkineto::ActivityType>(e.activityType())));
+    };
 #endif
   } else {
     throw std::invalid_argument("the compiled reader cannot intern '" + which + "'");

@@ -195,7 +195,7 @@ def test_host_rows_structured_metadata_is_read_without_torchs_wrappers(recorded:
     for name in ("metadata_json", "activity_type", "extra_meta", "typed_metadata"):
         if FEATURES.has_accessor(name) and (name != "activity_type" or FEATURES.at_least(2, 13)):
             rows.structured(name)
-            assert rows._all_events is None, name
+            assert rows._wrappers.every is None, name
 
 
 def test_a_row_outside_the_result_is_refused_with_the_count(recorded: Any, compiled: Any) -> None:
@@ -283,6 +283,36 @@ def test_a_failed_build_is_remembered_and_auto_falls_back_to_python(
     with polyprof.profile(activities=[polyprof.ProfilerActivity.CPU]) as prof:
         torch.ones(4).add_(1)
     assert "aten::add_" in prof.key_averages().table()
+
+
+def test_an_unwritable_cache_is_a_reason_not_a_crash(
+    empty_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = empty_cache / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv(native_reader.CACHE_VARIABLE, str(blocked))
+    state = native_reader.build()
+    assert not state.built and native_reader.CACHE_VARIABLE in (state.failure or "")
+    with pytest.raises(native_reader.NativeReaderUnavailable, match=native_reader.CACHE_VARIABLE):
+        native_reader.reader("native")
+    started = _spawns(monkeypatch)
+    assert native_reader.reader("auto") is None and started == []
+
+
+def test_a_reader_that_fails_on_a_result_falls_back_to_python(recorded: Any, compiled: Any) -> None:
+    """A compiled reader at odds with this torch (say, pybind's internals) must not cost the profile."""
+
+    class Broken:
+        def __getattr__(self, name: str) -> Any:
+            def fail(*args: Any) -> Any:
+                raise RuntimeError("Unable to cast Python instance to C++ type")
+
+            return fail
+
+    rows = ResultRows(recorded, Broken())  # type: ignore[arg-type]
+    python = ResultRows(recorded, None)
+    assert not rows.native
+    np.testing.assert_array_equal(rows.column("start_ns", "int64"), python.column("start_ns", "int64"))
 
 
 def test_python_never_builds(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:

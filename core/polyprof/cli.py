@@ -190,7 +190,7 @@ def add_kineto_reader_command(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("action", nargs="?", choices=("status", "build"), default="status")
-    parser.add_argument("--force", action="store_true", help="with build: build again, even after a failure")
+    parser.add_argument("--force", action="store_true", help="with build: build again even when it is built")
     parser.set_defaults(handler=run_kineto_reader_command)
 
 

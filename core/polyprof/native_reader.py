@@ -37,6 +37,11 @@ import subprocess
 import sys
 import sysconfig
 import threading
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: builds there are not serialised
+    fcntl = None  # type: ignore[assignment]
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -72,6 +77,9 @@ VERSIONED_ACCESSORS = (
 #: Marker files in a build folder: the build loaded and passed its check / it failed (the reason).
 BUILT_MARKER = "built"
 FAILED_MARKER = "failed"
+#: polyprof's build lock (flock) and the lock file torch's builder leaves behind when killed.
+BUILD_LOCK = "polyprof-build.lock"
+TORCH_BUILD_LOCK = "lock"
 
 
 class NativeReaderUnavailable(PolyprofError):
@@ -224,23 +232,37 @@ def build(*, force: bool = False) -> BuildState:
     if state.built and not force:
         return state
     folder = state.folder
-    folder.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        (folder / FAILED_MARKER).unlink()
-    with contextlib.suppress(FileNotFoundError):
-        (folder / BUILT_MARKER).unlink()
     try:
-        _compile(spec, folder)
-        module = _load(folder)
-        fields = set(module.field_names())
-        if not {"start_ns", "end_ns", "start_thread_id"} <= fields:
-            raise ImportError(f"the built module reads only {sorted(fields)}")
-    except Exception as exc:  # noqa: BLE001 - any failure (no compiler, headers, linker) is a reason
-        reason = _one_line(exc)
-        _write_marker(folder / FAILED_MARKER, reason)
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = open(folder / BUILD_LOCK, "a+b")
+    except OSError as exc:
+        reason = f"the cache folder {folder} is not writable ({_one_line(exc)}); set {CACHE_VARIABLE}"
         log.warning("kineto_reader_build_failed", folder=str(folder), reason=reason)
-        return BuildState.of(spec)
-    _write_marker(folder / BUILT_MARKER, spec.torch_version)
+        return BuildState(folder, built=False, failure=reason)
+    with lock:
+        # Our own lock, released by the kernel if a builder dies: torch's builder waits for ever
+        # on a lock file a killed build left behind, so that file is removed while we hold ours.
+        if fcntl is not None:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        state = BuildState.of(spec)
+        if state.built and not force:
+            return state  # another process built it while this one waited
+        for leftover in (FAILED_MARKER, BUILT_MARKER, TORCH_BUILD_LOCK):
+            with contextlib.suppress(FileNotFoundError):
+                (folder / leftover).unlink()
+        try:
+            _compile(spec, folder)
+            module = _load(folder)
+            fields = set(module.field_names())
+            if not {"start_ns", "end_ns", "start_thread_id"} <= fields:
+                raise ImportError(f"the built module reads only {sorted(fields)}")
+            _write_marker(folder / BUILT_MARKER, spec.torch_version)
+        except Exception as exc:  # noqa: BLE001 - any failure (no compiler, headers, linker) is a reason
+            reason = _one_line(exc)
+            with contextlib.suppress(OSError):
+                _write_marker(folder / FAILED_MARKER, reason)
+            log.warning("kineto_reader_build_failed", folder=str(folder), reason=reason)
+            return BuildState(folder, built=False, failure=reason)
     log.info("kineto_reader_built", folder=str(folder))
     return BuildState.of(spec)
 
@@ -256,15 +278,22 @@ def _compile(spec: BuildSpec, folder: Path) -> None:
 
         extra_path.append(str(ninja.BIN_DIR))
     extra_path.append(sysconfig.get_path("scripts"))
-    os.environ["PATH"] = os.pathsep.join([*extra_path, os.environ.get("PATH", "")])
-    cpp_extension.load(
-        name=MODULE_NAME,
-        sources=[str(SOURCE)],
-        extra_cflags=["-O2", *spec.defines],
-        build_directory=str(folder),
-        is_python_module=True,
-        verbose=False,
-    )
+    path = os.environ.get("PATH")
+    os.environ["PATH"] = os.pathsep.join([*extra_path, path or ""])
+    try:
+        cpp_extension.load(
+            name=MODULE_NAME,
+            sources=[str(SOURCE)],
+            extra_cflags=["-O2", *spec.defines],
+            build_directory=str(folder),
+            is_python_module=True,
+            verbose=False,
+        )
+    finally:
+        if path is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = path
 
 
 def _write_marker(path: Path, text: str) -> None:
@@ -282,6 +311,9 @@ def _start_background_build(spec: BuildSpec) -> None:
     if spec.key in _background_started or not sys.executable:
         return
     _background_started.add(spec.key)
+    if not _writable(spec.folder()):
+        log.warning("kineto_reader_cache_not_writable", folder=str(spec.folder()), variable=CACHE_VARIABLE)
+        return
     try:
         subprocess.Popen(
             [sys.executable, "-m", "polyprof.native_reader", "--background-build"],
@@ -295,6 +327,14 @@ def _start_background_build(spec: BuildSpec) -> None:
         log.warning("kineto_reader_build_not_started", reason=_one_line(exc))
         return
     log.info("kineto_reader_building_in_background", folder=str(spec.folder()))
+
+
+def _writable(folder: Path) -> bool:
+    """Whether ``folder`` can be created and written: its nearest existing ancestor is writable."""
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            return os.access(candidate, os.W_OK | os.X_OK)
+    return False
 
 
 def reader(requested: str | None = None) -> ModuleType | None:

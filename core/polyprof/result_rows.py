@@ -18,6 +18,9 @@ import numpy as np
 
 from polyprof import torch_support
 from polyprof.events import intern_column, intern_structured_column
+from polyprof.log import get_logger
+
+log = get_logger(__name__)
 
 #: What a name torch cannot hand over as UTF-8 becomes (a torch bug: names read from freed memory).
 UNDECODABLE_NAME = "<undecodable name>"
@@ -51,11 +54,22 @@ def accessor_column(events: list[Any], name: str, dtype: str) -> np.ndarray:
         return values.view(np.int64)
 
 
-def _safe_name(event: Any) -> str:
-    try:
-        return event.name()
-    except UnicodeDecodeError:
-        return UNDECODABLE_NAME
+def _safe_text(which: str) -> Any:
+    def read(event: Any) -> str:
+        try:
+            return getattr(event, which)()
+        except UnicodeDecodeError:
+            return UNDECODABLE_NAME
+
+    return read
+
+
+class _Wrappers:
+    """torch's event wrappers of one result, shared by a ``ResultRows`` and every ``take`` of it,
+    so one ``forget_events`` lets go of them for all."""
+
+    def __init__(self) -> None:
+        self.every: list[Any] | None = None
 
 
 def _is_raw_result(result: Any) -> bool:
@@ -74,30 +88,49 @@ class ResultRows:
     need and kept until ``forget_events()``; the compiled reader needs none.
     """
 
-    def __init__(self, result: Any, reader: ModuleType | None, indices: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        result: Any,
+        reader: ModuleType | None,
+        indices: np.ndarray | None = None,
+        wrappers: _Wrappers | None = None,
+    ) -> None:
         self.result = result
         self._reader = reader if reader is not None and _is_raw_result(result) else None
-        self._native_fields = (
-            frozenset(self._reader.field_names()) if self._reader is not None else frozenset()
-        )
+        self._native_fields: frozenset[str] = frozenset()
+        self._native_fields = self._native(lambda reader: frozenset(reader.field_names())) or frozenset()
         self._indices = None if indices is None else np.ascontiguousarray(indices, dtype=np.int64)
         self._events: list[Any] | None = None
-        self._all_events: list[Any] | None = None
+        self._wrappers = wrappers or _Wrappers()
         if self._indices is not None:
             self.count = len(self._indices)
-        elif self._reader is not None:
-            self.count = int(self._reader.event_count(result))
         else:
-            self.count = len(self._fetch_all())
+            count = self._native(lambda reader: int(reader.event_count(result)))
+            self.count = len(self._fetch_all()) if count is None else count
+
+    def _native(self, read: Any) -> Any:
+        """``read(reader)`` with the compiled reader, or None (then and from now on, Python) when it
+        has none or fails: a reader at odds with this torch must not cost the profile."""
+        if self._reader is None:
+            return None
+        try:
+            return read(self._reader)
+        except IndexError:
+            raise  # a row outside the result: the caller's mistake, not the reader's
+        except Exception as exc:  # noqa: BLE001 - the Python reader gives the same values
+            log.warning("kineto_reader_failed_falling_back_to_python", reason=repr(exc))
+            self._reader = None
+            self._native_fields = frozenset()
+            return None
 
     @property
     def native(self) -> bool:
         return self._reader is not None
 
     def _fetch_all(self) -> list[Any]:
-        if self._all_events is None:
-            self._all_events = self.result.events()
-        return self._all_events
+        if self._wrappers.every is None:
+            self._wrappers.every = self.result.events()
+        return self._wrappers.every
 
     def events(self) -> list[Any]:
         """torch's event wrappers of these rows."""
@@ -114,32 +147,33 @@ class ResultRows:
         return bool(events) and hasattr(events[0], name)
 
     def forget_events(self) -> None:
-        """Let go of the wrappers; the next ``events()`` fetches them again."""
-        self._events = self._all_events = None
+        """Let go of the wrappers (of every ``take`` of the same rows too; subsets their
+        ``events()`` handed out stay the caller's); the next ``events()`` fetches them again."""
+        self._events = self._wrappers.every = None
 
     def take(self, indices: np.ndarray) -> ResultRows:
         """The rows at ``indices`` of these rows."""
         indices = np.asarray(indices, dtype=np.int64)
         picked = indices if self._indices is None else self._indices[indices]
-        rows = ResultRows(self.result, self._reader, picked)
-        if self._all_events is not None:
-            rows._all_events = self._all_events
-        return rows
+        return ResultRows(self.result, self._reader, picked, self._wrappers)
 
     def column(self, name: str, dtype: str) -> np.ndarray:
         """``event.<name>()`` of every row as ``dtype``; zeros where the installed torch lacks it."""
         if not torch_support.installed().has_accessor(name):
             return np.zeros(self.count, dtype=dtype)
-        if name not in self._native_fields:
+        values = self._native_column(name) if name in self._native_fields else None
+        if values is None:
             return accessor_column(self.events(), name, dtype)
-        values = self._native_column(name)
         return values if dtype == "int64" else values.astype(dtype)
 
-    def _native_column(self, field: str) -> np.ndarray:
-        assert self._reader is not None
+    def _native_column(self, field: str) -> np.ndarray | None:
         values = np.empty(self.count, dtype=np.int64)
-        self._reader.fill(self.result, field, self._indices, values)
-        return values
+
+        def fill(reader: ModuleType) -> np.ndarray:
+            reader.fill(self.result, field, self._indices, values)
+            return values
+
+        return self._native(fill)
 
     def structured(self, name: str) -> tuple[np.ndarray, tuple]:
         """``event.<name>()`` of every row as ``intern_structured_column`` interns it (empty: -1).
@@ -153,8 +187,10 @@ class ResultRows:
                 indices, table, _ = self.names(name, empty="", fallback=False)
                 if indices is not None:
                     return indices, table
-            elif f"{name}_size" in self._native_fields and not self._native_column(f"{name}_size").any():
-                return np.full(self.count, -1, dtype=np.int32), ()
+            elif f"{name}_size" in self._native_fields:
+                sizes = self._native_column(f"{name}_size")
+                if sizes is not None and not sizes.any():
+                    return np.full(self.count, -1, dtype=np.int32), ()
         events = self.events()
         return intern_structured_column(map(accessor(events, name), events))
 
@@ -167,13 +203,16 @@ class ResultRows:
         are None where the compiled reader cannot read ``which``."""
         if self._reader is not None and (which == "name" or torch_support.installed().has_accessor(which)):
             indices = np.empty(self.count, dtype=np.int32)
-            try:
-                table, undecodable = self._reader.intern_texts(
-                    self.result, which, self._indices, indices, UNDECODABLE_NAME
-                )
-            except ValueError:
-                pass  # this build cannot read ``which``: the accessors can
-            else:
+
+            def intern(reader: ModuleType) -> Any:
+                try:
+                    return reader.intern_texts(self.result, which, self._indices, indices, UNDECODABLE_NAME)
+                except ValueError:
+                    return False  # this build cannot read ``which``: the accessors can
+
+            interned = self._native(intern)
+            if interned:
+                table, undecodable = interned
                 table = tuple(table)
                 if empty is not None and empty in table:
                     at = table.index(empty)
@@ -189,7 +228,7 @@ class ResultRows:
             )
             return indices, table, 0
         except UnicodeDecodeError:
-            indices, table = intern_column(map(_safe_name, events), empty=empty, count=self.count)
+            indices, table = intern_column(map(_safe_text(which), events), empty=empty, count=self.count)
             bad = int((indices == table.index(UNDECODABLE_NAME)).sum())
             return indices, table, bad
 

@@ -741,6 +741,7 @@ def _decode_now(
             columns[col] = values
     if config.capture_overload_names:
         columns["overload"], tables["overload"], _ = rows.names("overload_name", empty="")
+    memory_rows = None
     memory = np.flatnonzero((kind == EventKind.MEMORY) | (kind == EventKind.OUT_OF_MEMORY))
     if len(memory):
         memory_rows = rows.take(memory)
@@ -758,8 +759,9 @@ def _decode_now(
         or config.with_stack
         or config.with_modules
     )
-    rows.forget_events()  # the wrappers cost ~330 bytes per event; the deferred pass fetches them again
-    all_rows.forget_events()
+    # the wrappers cost ~330 bytes per event; the deferred pass fetches them again
+    python_rows = memory_rows = None
+    rows.forget_events()
     release_free_heap()
     keep = rerooted = None
     if config.with_stack:

@@ -161,6 +161,16 @@ print(json.dumps(result))
 )
 
 
+def child_env(source: str | None) -> dict[str, str]:
+    """The environment of a child process; ``source``: a snapshot's folder, imported first."""
+    env = dict(os.environ)
+    if source:
+        # sys.path wins over the editable install's finder, so the snapshot's packages are the ones imported.
+        paths = [os.path.join(source, "core"), os.path.join(source, "plugins"), env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    return env
+
+
 def run_child(
     which: str, workload: str, n_ops: int, mode: str = "time", source: str | None = None
 ) -> dict[str, Any]:
@@ -168,11 +178,7 @@ def run_child(
 
     ``source``: a folder holding a snapshot's ``core`` and ``plugins``, imported instead of the checkout.
     """
-    env = dict(os.environ, KINETO_LOG_LEVEL="5")
-    if source:
-        # sys.path wins over the editable install's finder, so the snapshot's packages are the ones imported.
-        paths = [os.path.join(source, "core"), os.path.join(source, "plugins"), env.get("PYTHONPATH", "")]
-        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    env = dict(child_env(source), KINETO_LOG_LEVEL="5")
     out = subprocess.run(
         [sys.executable, "-c", CHILD, which, workload, str(n_ops), mode],
         capture_output=True,
@@ -631,10 +637,7 @@ def _run(
 
 def build_reader(source: str | None, log: Callable[[str], None]) -> None:
     """Build polyprof's compiled reader for this torch before any child is timed (once per torch)."""
-    env = dict(os.environ)
-    if source:
-        paths = [os.path.join(source, "core"), os.path.join(source, "plugins"), env.get("PYTHONPATH", "")]
-        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    env = child_env(source)
     log("building polyprof's compiled reader (once per torch build) ...")
     code = (
         "import sys, torch; from polyprof import native_reader; "

@@ -54,7 +54,9 @@ def accessor_column(events: list[Any], name: str, dtype: str) -> np.ndarray:
         return values.view(np.int64)
 
 
-def _safe_text(which: str) -> Any:
+def safe_text(which: str) -> Any:
+    """``event.<which>()``, or ``UNDECODABLE_NAME`` where torch's text is not valid UTF-8."""
+
     def read(event: Any) -> str:
         try:
             return getattr(event, which)()
@@ -228,9 +230,9 @@ class ResultRows:
             )
             return indices, table, 0
         except UnicodeDecodeError:
-            indices, table = intern_column(map(_safe_text(which), events), empty=empty, count=self.count)
+            indices, table = intern_column(map(safe_text(which), events), empty=empty, count=self.count)
             bad = int((indices == table.index(UNDECODABLE_NAME)).sum())
             return indices, table, bad
 
 
-__all__ = ["UNDECODABLE_NAME", "ResultRows", "accessor", "accessor_column"]
+__all__ = ["UNDECODABLE_NAME", "ResultRows", "accessor", "accessor_column", "safe_text"]

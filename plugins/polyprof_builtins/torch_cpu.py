@@ -41,7 +41,7 @@ from polyprof.kineto_format import (
     KinetoArgsText,
     kineto_args_column,
 )
-from polyprof.result_rows import UNDECODABLE_NAME, ResultRows
+from polyprof.result_rows import UNDECODABLE_NAME, ResultRows, safe_text
 from polyprof.result_rows import accessor as _accessor
 from polyprof.session import user_stacklevel
 from polyprof.torch_result import (
@@ -633,13 +633,9 @@ def _orphaned_by(own: np.ndarray, py_id: np.ndarray, py_parent: np.ndarray) -> n
 UNDECODABLE_FRAME = "<undecodable stack frame>"
 
 
-def _safe_name(event: Any) -> str:
-    try:
-        return event.name()
-    except UnicodeDecodeError:
-        # torch sometimes hands out python_function names from freed memory
-        # (first verbose profile of a process); keep the event, mark the name.
-        return UNDECODABLE_NAME
+#: torch sometimes hands out python_function names from freed memory (first verbose profile of a
+#: process); the event is kept, its name marked.
+_safe_name = safe_text("name")
 
 
 def _stacks(events: list[Any], notes: list[str]) -> list[tuple[str, ...]]:

@@ -34,6 +34,7 @@ TORCH_ORACLE_FILES = (
     "test_event_attributes.py",
     "test_torch_result.py",
     "test_native_reader.py",
+    "test_chrome_lines.py",
     "test_*version*.py",
 )
 

@@ -143,7 +143,9 @@ def rendered_lines(monkeypatch: pytest.MonkeyPatch, rows: list[dict[str, Any]]) 
     monkeypatch.setattr(_ArgsText, "chunk", spy)
     cols = _Columns(batch_from_rows(rows))
     pid, tid = _lanes(cols)
-    text = "".join(_event_lines(cols, 0, pid, tid, NEWEST_LAYOUT))
+    text = "".join(
+        c if isinstance(c, str) else c.decode() for c in _event_lines(cols, 0, pid, tid, NEWEST_LAYOUT)
+    )
     return [line.rstrip(",") for line in text.splitlines()], skips
 
 
@@ -164,4 +166,5 @@ def test_standard_op_args_keep_their_place_across_chunks(monkeypatch: pytest.Mon
 
     raw_args = [line[line.index('"args": ') + len('"args": ') : -1] for line in lines[:5]]
     assert raw_args == EXPECTED_ARGS
-    assert len(skips) == 3
+    # chunks of standard ops only make no args strings at all
+    assert [mask.tolist() for mask in skips] == [[False, False]]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import platform
 import sys
+import threading
 
 import pytest
 
-from polyprof._memory import release_free_heap
+from polyprof._memory import release_free_heap, release_free_heap_in_background
 
 
 def _rss_kb() -> int:
@@ -35,6 +36,24 @@ def test_trim_returns_freed_small_objects_to_the_os():
     assert len(survivors) > 1
 
 
+def test_the_background_trim_runs_on_its_own_thread(monkeypatch):
+    import polyprof._memory as memory
+
+    ran = threading.Event()
+    calls = []
+
+    def trim(pad: int) -> int:
+        calls.append((pad, threading.current_thread().name))
+        ran.set()
+        return 1
+
+    memory._malloc_trim.cache_clear()
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: trim)
+    release_free_heap_in_background()
+    assert ran.wait(10)
+    assert calls == [(0, "polyprof-heap-trim")]
+
+
 def test_no_op_without_glibc(monkeypatch):
     import polyprof._memory as memory
 
@@ -42,5 +61,9 @@ def test_no_op_without_glibc(monkeypatch):
     memory._malloc_trim.cache_clear()
     try:
         assert release_free_heap() is False
+        started = []
+        monkeypatch.setattr(memory.threading, "Thread", lambda *a, **k: started.append(k))
+        release_free_heap_in_background()
+        assert started == []
     finally:
         memory._malloc_trim.cache_clear()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
+import threading
 from collections.abc import Callable
 
 from polyprof._log import get_logger
@@ -40,3 +41,14 @@ def release_free_heap() -> bool:
         return False
     trim(0)
     return True
+
+
+def release_free_heap_in_background() -> None:
+    """``release_free_heap`` on a daemon thread: the trim runs without the GIL, beside the caller's work.
+
+    glibc's trim takes each arena's lock in turn, so allocations on other threads
+    meanwhile are safe; at 200k events the trim alone takes 3 to 40 ms.
+    """
+    if _malloc_trim() is None:
+        return
+    threading.Thread(target=release_free_heap, name="polyprof-heap-trim", daemon=True).start()

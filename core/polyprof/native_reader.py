@@ -60,7 +60,10 @@ MODES = ("auto", "native", "python")
 CACHE_VARIABLE = "POLYPROF_CACHE_DIR"
 #: The extension module's name (its ``PyInit_`` symbol); one per cache folder.
 MODULE_NAME = "polyprof_kineto_reader"
-SOURCE = Path(__file__).with_name("native") / "kineto_reader.cpp"
+#: The module's sources: the reader (which defines the module) and the Chrome trace line formatter.
+SOURCES = tuple(
+    Path(__file__).with_name("native") / name for name in ("kineto_reader.cpp", "chrome_lines.cpp")
+)
 #: Accessors of torch's ``_KinetoEvent`` whose C++ counterparts only some torch releases have; the
 #: build defines ``POLYPROF_HAS_<name>`` for those the installed torch's Python bindings offer.
 VERSIONED_ACCESSORS = (
@@ -135,7 +138,7 @@ class BuildSpec:
             python_tag=sys.implementation.cache_tag or sys.version,
             platform=sysconfig.get_platform(),
             defines=defines,
-            source_digest=hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
+            source_digest=hashlib.sha256(b"".join(source.read_bytes() for source in SOURCES)).hexdigest(),
         )
 
     @property
@@ -283,7 +286,7 @@ def _compile(spec: BuildSpec, folder: Path) -> None:
     try:
         cpp_extension.load(
             name=MODULE_NAME,
-            sources=[str(SOURCE)],
+            sources=[str(source) for source in SOURCES],
             extra_cflags=["-O2", *spec.defines],
             build_directory=str(folder),
             is_python_module=True,

@@ -40,6 +40,7 @@ makes its file unreadable, and 2.15 rewrites it to ``'`` and backslashes to
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import math
@@ -51,9 +52,11 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 import orjson
 
+from polyprof import native_reader
 from polyprof._log import get_logger
 from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES, ProfilerActivity
 from polyprof.components import Capabilities, Exporter
@@ -491,7 +494,7 @@ class _ArgsText:
         ev_idx_head = self.ev_idx_head
         stacks = self.optional_text(self.stack_args, "stack", idx)
         return [
-            f'{_PYTHON_ARGS_HEAD}{t}{_PYTHON_PARENT_ID}{"null" if p < 0 else p}'
+            f"{_PYTHON_ARGS_HEAD}{t}{_PYTHON_PARENT_ID}{'null' if p < 0 else p}"
             f"{_PYTHON_ID}{i}{st}{ev_idx_head}{e}}}"
             for t, p, i, st, e in zip(
                 cols.col("thread")[idx].tolist(),
@@ -526,8 +529,7 @@ class _ArgsText:
         # External id of the launching op, correlation, then any fragment.
         cols, extra, head, tail = self.cols, self.extra_fragments, _EXTERNAL_ID_HEAD, _HOST_CALL_ARGS_TAIL
         return [
-            (f"{head}{lc}{tail}" if lc else _HOST_CALL_ARGS_HEAD)
-            + f"{c}{extra[a]}}}"
+            (f"{head}{lc}{tail}" if lc else _HOST_CALL_ARGS_HEAD) + f"{c}{extra[a]}}}"
             for lc, c, a in zip(
                 cols.col("linked_correlation_id")[idx].tolist(),
                 cols.col("correlation_id")[idx].tolist(),
@@ -633,9 +635,7 @@ def _lane_metadata(
         for p, t in _unique_pairs(pid[host], tid[host]):
             if t == 0 and p != 0:
                 continue
-            lines.append(
-                meta(THREAD_NAME, ts, p, t, "name", json_string(f"thread {t} (python)"))
-            )
+            lines.append(meta(THREAD_NAME, ts, p, t, "name", json_string(f"thread {t} (python)")))
             lines.append(meta(THREAD_SORT_INDEX, ts, p, t, "sort_index", str(t)))
     device = _kind_mask(cols.kind, DEVICE_KINDS)
     device_type = cols.col("device_type").astype(np.int64)
@@ -649,17 +649,11 @@ def _lane_metadata(
                 continue
             named.add(index)
             label = device_names(dtype)[1]
-            lines.append(
-                meta(PROCESS_NAME, ts, index, 0, "name", json_string(f"{label} {index}"))
-            )
+            lines.append(meta(PROCESS_NAME, ts, index, 0, "name", json_string(f"{label} {index}")))
             gpu_label = GPU_LANE_LABEL if label in GPU_LANE_NAMES else label
+            lines.append(meta(PROCESS_LABELS, ts, index, 0, "labels", json_string(f"{gpu_label} {index}")))
             lines.append(
-                meta(PROCESS_LABELS, ts, index, 0, "labels", json_string(f"{gpu_label} {index}"))
-            )
-            lines.append(
-                meta(
-                    PROCESS_SORT_INDEX, ts, index, 0, "sort_index", str(DEVICE_SORT_INDEX_BASE + index)
-                )
+                meta(PROCESS_SORT_INDEX, ts, index, 0, "sort_index", str(DEVICE_SORT_INDEX_BASE + index))
             )
         for p, t in _unique_pairs(pid[device], tid[device]):
             lines.append(meta(THREAD_NAME, ts, p, t, "name", json_string(f"stream {t}")))
@@ -668,6 +662,75 @@ def _lane_metadata(
         lines.append(meta(PROCESS_NAME, ts, -1, 0, "name", '"Overhead"'))
         lines.append(meta(PROCESS_SORT_INDEX, ts, -1, 0, "sort_index", str(OVERHEAD_SORT_INDEX)))
     return lines
+
+
+@attrs.frozen
+class _ChunkFields:
+    """What every line of one chunk (events ``lo`` to ``hi - 1``) is written from."""
+
+    lo: int
+    hi: int
+    instant: np.ndarray
+    counter: np.ndarray
+    slices: np.ndarray
+    category: np.ndarray
+    name: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    ts_us: np.ndarray
+    ts_ns: np.ndarray
+    dur_us: np.ndarray
+    dur_ns: np.ndarray
+
+
+#: The compiled formatter's segment kinds (native/chrome_lines.cpp).
+_LITERAL, _INTEGER, _MILLIS, _TABLE = 0, 1, 2, 3
+
+
+class _NotFormattable(Exception):
+    """A chunk holds a value the compiled formatter cannot be handed exactly; Python writes it."""
+
+
+def _line_formatter() -> Any:
+    """The compiled formatter's ``format_rows`` where it is built and chosen, else None.
+
+    It is part of the compiled reader's module (``POLYPROF_KINETO_READER`` chooses both; ``auto``
+    never waits for a build). Anything wrong with it leaves the f-strings, which write the same.
+    """
+    if "torch" not in sys.modules:
+        return None  # the module links torch's libraries: never import torch just to write a file
+    try:
+        module = native_reader.reader()
+    except Exception as exc:  # noqa: BLE001 - the f-strings write the same text
+        log.warning("chrome_line_formatter_unavailable", reason=str(exc))
+        return None
+    return getattr(module, "format_rows", None) if module is not None else None
+
+
+def _utf8(texts: Sequence[str]) -> list[bytes]:
+    return [text.encode() for text in texts]
+
+
+def _exact_int64(values: np.ndarray) -> np.ndarray:
+    """``values`` as contiguous int64, which must write as ``str()`` of each value writes it."""
+    if values.dtype == np.int64:
+        return np.ascontiguousarray(values)
+    if values.dtype.kind not in "iub" or (values.dtype.kind == "u" and len(values) and values.max() >= 2**63):
+        raise _NotFormattable(f"a {values.dtype} column")
+    return values.astype(np.int64)
+
+
+def _table_index(index: np.ndarray, size: int) -> np.ndarray:
+    """Indices into a table of ``size`` entries, -1 (Python's last entry) made explicit."""
+    index = _exact_int64(index)
+    return np.where(index < 0, index + size, index)
+
+
+def _positions(rows: np.ndarray, count: int) -> np.ndarray:
+    """A column of ``count`` rows holding, at ``rows[k]``, ``k``: row k of a table built for ``rows``."""
+    positions = np.zeros(count, dtype=np.int64)
+    positions[rows] = np.arange(len(rows), dtype=np.int64)
+    return positions
 
 
 class _EventText:
@@ -722,17 +785,43 @@ class _EventText:
         self.flow_id = flow_id[self.flows]
         self.flow_type = flow_type[self.flows]
         self.flow_start = flow_start[self.flows]
+        self.formatter = _line_formatter()
+        self._encoded: tuple[list[bytes], list[bytes]] | None = None  # x_prefixes and names, as UTF-8
 
-    def chunk(self, lo: int, hi: int) -> str:
-        """Events ``lo`` to ``hi - 1``: their lines, each followed by a comma and a newline."""
+    def chunk(self, lo: int, hi: int) -> str | bytes:
+        """Events ``lo`` to ``hi - 1``: their lines, each followed by a comma and a newline.
+
+        UTF-8 bytes where the compiled formatter writes the chunk's standard op lines, else text;
+        both are the same characters (tests/test_chrome_lines.py).
+        """
+        fields = self._fields(lo, hi)
+        # Ops and annotations with Kineto's standard args (the bulk of most traces): line and args
+        # together (``_op_lines`` or the compiled formatter), the others through ``_ArgsText.chunk``.
+        standard_ops = fields.slices & (self.args.form[lo:hi] == _ArgsForm.OP_STANDARD)
+        lines_arr = self._other_lines(fields, standard_ops)
+        flows = self._flow_suffixes(fields)
+        if self.formatter is not None and standard_ops.any():
+            with contextlib.suppress(_NotFormattable):
+                return self._formatted(fields, standard_ops, lines_arr, flows)
+        idx = np.flatnonzero(standard_ops)
+        if len(idx):
+            lines_arr[idx] = self._op_lines(
+                idx + lo,
+                *(
+                    getattr(fields, c)[idx]
+                    for c in ("category", "name", "pid", "tid", "ts_us", "ts_ns", "dur_us", "dur_ns")
+                ),
+            )
+        lines: list[str] = lines_arr.tolist()
+        del lines_arr
+        for i, suffix in flows:
+            lines[i] = f"{lines[i]}{suffix}"
+        return ",\n".join(lines) + ",\n"
+
+    def _fields(self, lo: int, hi: int) -> _ChunkFields:
         cols = self.cols
         instant = self.instant[lo:hi]
         counter = self.counter[lo:hi]
-        slices = ~instant & ~counter
-        # Ops and annotations with Kineto's standard args (the bulk of most traces): line and args
-        # in one f-string (``_op_lines``), the others through ``_ArgsText.chunk``.
-        standard_ops = slices & (self.args.form[lo:hi] == _ArgsForm.OP_STANDARD)
-        args = self.args.chunk(lo, hi, skip=standard_ops)
         start = cols.col("start_ns")[lo:hi].astype(np.int64) - self.base_ns
         dur = cols.col("dur_ns")[lo:hi].astype(np.int64)
         if self.gpu_annotation is not None:
@@ -743,20 +832,31 @@ class _EventText:
         dur = np.maximum(dur, 0)
         ts_us, ts_ns = np.divmod(start, 1000)
         dur_us, dur_ns = np.divmod(dur, 1000)
-        category = self.category_index[lo:hi]
-        name = self.name_index[lo:hi]
-        pid = self.pid[lo:hi]
-        tid = self.tid[lo:hi]
-        names, ms = self.names, _THREE_DIGITS
+        return _ChunkFields(
+            lo=lo,
+            hi=hi,
+            instant=instant,
+            counter=counter,
+            slices=~instant & ~counter,
+            category=self.category_index[lo:hi],
+            name=self.name_index[lo:hi],
+            pid=self.pid[lo:hi],
+            tid=self.tid[lo:hi],
+            ts_us=ts_us,
+            ts_ns=ts_ns,
+            dur_us=dur_us,
+            dur_ns=dur_ns,
+        )
 
+    def _other_lines(self, fields: _ChunkFields, standard_ops: np.ndarray) -> np.ndarray:
+        """An object array of the chunk's lines, filled except where ``standard_ops`` is set."""
+        cols, lo, hi = self.cols, fields.lo, fields.hi
+        category, name, pid, tid = fields.category, fields.name, fields.pid, fields.tid
+        ts_us, ts_ns, dur_us, dur_ns = fields.ts_us, fields.ts_ns, fields.dur_us, fields.dur_ns
+        names, ms = self.names, _THREE_DIGITS
         lines_arr = np.empty(hi - lo, dtype=object)
-        idx = np.flatnonzero(standard_ops)
-        if len(idx):
-            lines_arr[idx] = self._op_lines(
-                idx + lo,
-                *(column[idx] for column in (category, name, pid, tid, ts_us, ts_ns, dur_us, dur_ns)),
-            )
-        idx = np.flatnonzero(slices & ~standard_ops)
+        args = self.args.chunk(lo, hi, skip=standard_ops) if not standard_ops.all() else []
+        idx = np.flatnonzero(fields.slices & ~standard_ops)
         if len(idx):
             prefixes = self.x_prefixes
             lines_arr[idx] = [
@@ -774,7 +874,7 @@ class _EventText:
                     dur_ns[idx].tolist(),
                 )
             ]
-        idx = np.flatnonzero(instant)
+        idx = np.flatnonzero(fields.instant)
         if len(idx):
             prefixes = self.i_prefixes
             lines_arr[idx] = [
@@ -789,7 +889,7 @@ class _EventText:
                     ts_ns[idx].tolist(),
                 )
             ]
-        idx = np.flatnonzero(counter)
+        idx = np.flatnonzero(fields.counter)
         if len(idx):
             series = self.counter_series
             lines_arr[idx] = [
@@ -805,32 +905,107 @@ class _EventText:
                     cols.col("counter_value")[lo:hi][idx].tolist(),
                 )
             ]
-        del args
-        lines: list[str] = lines_arr.tolist()
-        del lines_arr
+        return lines_arr
 
-        first, last = np.searchsorted(self.flows, (lo, hi)).tolist()
-        idx = self.flows[first:last] - lo
+    def _flow_suffixes(self, fields: _ChunkFields) -> list[tuple[int, str]]:
+        """(row in the chunk, text) of each flow event: it follows its slice's line."""
+        first, last = np.searchsorted(self.flows, (fields.lo, fields.hi)).tolist()
+        idx = self.flows[first:last] - fields.lo
+        ms = _THREE_DIGITS
+        suffixes = []
         # "s" binds to the enclosing slice; "f" with "bp": "e" to the enclosing one too.
         for i, fid, ftype, starts, p, t, tu, tn in zip(
             idx.tolist(),
             self.flow_id[first:last].tolist(),
             self.flow_type[first:last].tolist(),
             self.flow_start[first:last].tolist(),
-            pid[idx].tolist(),
-            tid[idx].tolist(),
-            ts_us[idx].tolist(),
-            ts_ns[idx].tolist(),
+            fields.pid[idx].tolist(),
+            fields.tid[idx].tolist(),
+            fields.ts_us[idx].tolist(),
+            fields.ts_ns[idx].tolist(),
         ):
             flow = FLOW_CATEGORY_BY_TYPE[ftype]
             phase, binding = ("s", "") if starts else ("f", ', "bp": "e"')
-            lines[i] = (
-                f'{lines[i]},\n  {{"ph": "{phase}", "id": {fid}, "pid": {p}, "tid": {t}, '
-                f'"ts": {tu}.{ms[tn]}, '
+            text = (
+                f',\n  {{"ph": "{phase}", "id": {fid}, "pid": {p}, "tid": {t}, "ts": {tu}.{ms[tn]}, '
                 f'"cat": "{flow}", "name": "{flow}"{binding}}}'
             )
-        return ",\n".join(lines) + ",\n"
+            suffixes.append((i, text))
+        return suffixes
 
+    def _formatted(
+        self,
+        fields: _ChunkFields,
+        standard_ops: np.ndarray,
+        other_lines: np.ndarray,
+        flows: list[tuple[int, str]],
+    ) -> bytes:
+        """The chunk as UTF-8, its standard op lines written by the compiled formatter.
+
+        The same text as ``_op_lines`` (segment by segment, in its order); the other lines and
+        the flows, built in Python, go in as tables. Raises ``_NotFormattable`` where a value
+        cannot be handed over exactly.
+        """
+        assert self.formatter is not None
+        args, cols, lo, hi = self.args, self.cols, fields.lo, fields.hi
+        count = hi - lo
+        if self._encoded is None:
+            self._encoded = (_utf8(self.x_prefixes), _utf8(self.names))
+        prefixes, names = self._encoded
+        events = slice(lo, hi)
+        correlation = _exact_int64(cols.col("correlation_id")[events])
+        sequence = _exact_int64(cols.col("sequence_nr")[events])
+        has_ext = standard_ops & (correlation != 0)
+        no_ext = standard_ops & (correlation == 0)
+        has_seq = standard_ops & (sequence >= 0)
+        segments: list[tuple[int, Any, Any, Any]] = [
+            (_TABLE, _table_index(fields.category, len(prefixes)), prefixes, standard_ops),
+            (_TABLE, _table_index(fields.name, len(names)), names, standard_ops),
+            (_LITERAL, b', "pid": ', None, standard_ops),
+            (_INTEGER, _exact_int64(fields.pid), None, standard_ops),
+            (_LITERAL, b', "tid": ', None, standard_ops),
+            (_INTEGER, _exact_int64(fields.tid), None, standard_ops),
+            (_LITERAL, b', "ts": ', None, standard_ops),
+            (_INTEGER, _exact_int64(fields.ts_us), None, standard_ops),
+            (_LITERAL, b".", None, standard_ops),
+            (_MILLIS, _exact_int64(fields.ts_ns), None, standard_ops),
+            (_LITERAL, b', "dur": ', None, standard_ops),
+            (_INTEGER, _exact_int64(fields.dur_us), None, standard_ops),
+            (_LITERAL, b".", None, standard_ops),
+            (_MILLIS, _exact_int64(fields.dur_ns), None, standard_ops),
+            (_LITERAL, _EXTERNAL_ID_HEAD.encode(), None, has_ext),
+            (_INTEGER, correlation, None, has_ext),
+            (_LITERAL, _OP_ARGS_TAIL.encode(), None, has_ext),
+            (_LITERAL, _OP_ARGS_HEAD.encode(), None, no_ext),
+            (_LITERAL, _SEQUENCE_NUMBER.encode(), None, has_seq),
+            (_INTEGER, sequence, None, has_seq),
+            (_LITERAL, _FWD_THREAD_ID.encode(), None, has_seq),
+            (_INTEGER, _exact_int64(cols.col("fwd_thread")[events]), None, has_seq),
+        ]
+        for table, field in ((args.shapes_args, "shapes"), (args.stack_args, "stack")):
+            if table is not None:
+                encoded = _utf8(table)
+                segments.append(
+                    (_TABLE, _table_index(cols.col(field)[events], len(encoded)), encoded, standard_ops)
+                )
+        segments += [
+            (_LITERAL, f"{args.ev_idx_head}".encode(), None, standard_ops),
+            (_INTEGER, _exact_int64(args.ev_idx[events]), None, standard_ops),
+            (_LITERAL, b"}}", None, standard_ops),
+        ]
+        others = ~standard_ops
+        if others.any():
+            other_rows = np.flatnonzero(others)
+            segments.append(
+                (_TABLE, _positions(other_rows, count), _utf8(other_lines[other_rows].tolist()), others)
+            )
+        if flows:
+            rows = np.array([i for i, _ in flows], dtype=np.int64)
+            has_flow = np.zeros(count, dtype=bool)
+            has_flow[rows] = True
+            segments.append((_TABLE, _positions(rows, count), _utf8([text for _, text in flows]), has_flow))
+        segments.append((_LITERAL, b",\n", None, None))
+        return self.formatter(count, segments)
 
     def _op_lines(
         self,
@@ -857,8 +1032,8 @@ class _EventText:
         stacks = args.optional_text(args.stack_args, "stack", events)
         return [
             f'{prefixes[c]}{names[nm]}, "pid": {p}, "tid": {t}, "ts": {tu}.{ms[tn]}, "dur": {du}.{ms[dn]}'
-            f'{ext if x else no_ext}{x if x else ""}{record if x else ""}'
-            f'{seq if q >= 0 else ""}{q if q >= 0 else ""}{fwd if q >= 0 else ""}{f if q >= 0 else ""}'
+            f"{ext if x else no_ext}{x if x else ''}{record if x else ''}"
+            f"{seq if q >= 0 else ''}{q if q >= 0 else ''}{fwd if q >= 0 else ''}{f if q >= 0 else ''}"
             f"{d}{st}{ev_idx_head}{e}}}}}"
             for c, nm, p, t, tu, tn, du, dn, x, q, f, d, st, e in zip(
                 category.tolist(),
@@ -919,7 +1094,7 @@ def _names_with_overloads(cols: _Columns, names: list[str]) -> np.ndarray:
 
 def _event_lines(
     cols: _Columns, base_ns: int, pid: np.ndarray, tid: np.ndarray, layout: KinetoLayout = NEWEST_LAYOUT
-) -> Iterator[str]:
+) -> Iterator[str | bytes]:
     """The text of every event, in batch order, ``CHUNK_EVENTS`` events per chunk.
 
     Each chunk is its events' lines, each followed by a comma and a newline.
@@ -963,6 +1138,12 @@ def render_chrome_trace(trace: Trace, trace_name: str, layout: KinetoLayout | No
     ``trace_name`` is written as the ``traceName`` key (Kineto writes the
     output path there). ``layout`` defaults to the installed torch's.
     """
+    for chunk in _trace_chunks(trace, trace_name, layout):
+        yield chunk if isinstance(chunk, str) else chunk.decode()
+
+
+def _trace_chunks(trace: Trace, trace_name: str, layout: KinetoLayout | None) -> Iterator[str | bytes]:
+    """``render_chrome_trace``'s chunks, the event lines as UTF-8 where the compiled formatter wrote them."""
     if layout is None:
         layout = kineto_layout()
     events = _kept_by_activity_filter(trace.events, trace.config.activity_filters.get(ProfilerActivity.CPU))
@@ -981,9 +1162,7 @@ def render_chrome_trace(trace: Trace, trace_name: str, layout: KinetoLayout | No
         trace.start_ns if trace.start_ns > 0 else (int(events["start_ns"].min()) if cols.n else base_ns)
     )
     end_ns = max(trace.end_ns, start_ns)
-    last_event_end = (
-        int((events["start_ns"] + np.maximum(events["dur_ns"], 0)).max()) if cols.n else 0
-    )
+    last_event_end = int((events["start_ns"] + np.maximum(events["dur_ns"], 0)).max()) if cols.n else 0
     span_ts = format_us(start_ns - base_ns)
     span_dur = format_us(end_ns - start_ns)
     window_ts = format_us(max(end_ns, last_event_end) - base_ns)
@@ -1045,9 +1224,9 @@ def write_chrome_trace(
     """
     path = check_writable_path(path)
     started = time.perf_counter()
-    with atomic_writer(path, gzip_level=gzip_level) as out:
-        for chunk in render_chrome_trace(trace, path, layout):
-            out.write(chunk)
+    with atomic_writer(path, binary=True, gzip_level=gzip_level) as out:
+        for chunk in _trace_chunks(trace, path, layout):
+            out.write(chunk.encode() if isinstance(chunk, str) else chunk)
     log.debug(
         "chrome_trace_written",
         path=path,

@@ -25,7 +25,7 @@ import numpy as np
 
 from polyprof import native_reader, torch_support
 from polyprof._log import get_logger
-from polyprof._memory import release_free_heap
+from polyprof._memory import release_free_heap_in_background
 from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities, Tracer
 from polyprof.config import ProfileConfig
@@ -422,7 +422,7 @@ class _DeferredDecoder:
         columns = self._read(rows)
         del rows  # the last reference: torch frees its C++ result here
         self._saved = None
-        release_free_heap()
+        release_free_heap_in_background()
         return columns
 
     def _read(self, rows: ResultRows) -> dict[str, tuple[np.ndarray, tuple | None]]:
@@ -758,7 +758,7 @@ def _decode_now(
     # the wrappers cost ~330 bytes per event; the deferred pass fetches them again
     python_rows = memory_rows = None
     rows.forget_events()
-    release_free_heap()
+    release_free_heap_in_background()
     keep = rerooted = None
     if config.with_stack:
         own = _own_python_frames(kind, names, name_idx, columns["python_id"], columns["python_parent_id"])

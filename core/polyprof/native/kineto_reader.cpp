@@ -8,7 +8,8 @@
 // against the installed torch's headers (torch.utils.cpp_extension), once per
 // torch build; POLYPROF_HAS_<accessor> says which accessors that torch has, as
 // its Python bindings do. polyprof.result_rows reads the same fields in pure
-// Python where this module is not built, and the tests compare both.
+// Python where this module is not built, and the tests compare both. The same module holds the
+// Chrome trace line formatter (chrome_lines.cpp), so one build serves both.
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <pybind11/pybind11.h>
@@ -253,6 +254,10 @@ py::tuple intern_texts(
 
 }  // namespace
 
+namespace polyprof_chrome_lines {
+void register_chrome_lines(py::module_& module);  // chrome_lines.cpp
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "polyprof's compiled reader of torch's raw profiler result";
   m.def("event_count", &event_count, "How many events torch's result holds.");
@@ -260,4 +265,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fill", &fill, py::arg("result"), py::arg("field"), py::arg("rows"), py::arg("out"));
   m.def("intern_texts", &intern_texts, py::arg("result"), py::arg("which"), py::arg("rows"), py::arg("out"),
         py::arg("undecodable"));
+  polyprof_chrome_lines::register_chrome_lines(m);
 }

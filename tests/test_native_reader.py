@@ -10,10 +10,13 @@ decoder takes, and what happens when the compiled reader cannot be built or is a
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from polyprof import native_reader, torch_support
+from polyprof import native_reader, result_rows, torch_support
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
 from polyprof.result_rows import ResultRows
@@ -313,6 +316,64 @@ def test_a_reader_that_fails_on_a_result_falls_back_to_python(recorded: Any, com
     python = ResultRows(recorded, None)
     assert not rows.native
     np.testing.assert_array_equal(rows.column("start_ns", "int64"), python.column("start_ns", "int64"))
+
+
+def test_a_result_nothing_else_holds_is_freed_on_a_thread_of_its_own(
+    compiled: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not compiled.can_release():
+        pytest.skip("this torch's ProfilerResult has members release() does not know")
+    release = result_rows._release
+    done = threading.Event()
+    seen: list[tuple[str, int, int]] = []
+
+    def spy(reader: Any, result: Any) -> None:
+        release(reader, result)
+        seen.append(
+            (threading.current_thread().name, len(result.events()), len(result.experimental_event_tree()))
+        )
+        done.set()
+
+    monkeypatch.setattr(result_rows, "_release", spy)
+    rows = ResultRows(_raw_result({})[0], compiled)
+    gc.collect()  # torch's profile is gone (it is a cycle): these rows hold the result
+    assert rows.count > 0
+    assert rows.close() is True
+    assert rows.result is None
+    assert done.wait(30)
+    assert seen == [("polyprof-result-release", 0, 0)]  # emptied by torch's destructor, without the GIL
+
+
+def test_a_result_held_elsewhere_is_left_to_its_holders(compiled: Any) -> None:
+    result, _ = _raw_result({})
+    count = len(result.events())
+    for reader in (compiled, None):
+        assert ResultRows(result, reader).close() is False
+        assert len(result.events()) == count  # untouched: the test still holds it
+    wrappers = ResultRows(result, compiled)
+    wrappers.events()
+    kept = wrappers.take(np.arange(2))
+    del result
+    assert wrappers.close() is False  # a subset of the rows still reads it
+    assert kept.column("start_ns", "int64").shape == (2,)
+
+
+def test_a_process_that_exits_right_after_exporting_frees_the_result_cleanly(tmp_path: Path) -> None:
+    """The freeing thread is not a daemon: the interpreter waits for it before tearing torch down."""
+    script = (
+        "import torch\n"
+        "from polyprof import profile, ProfilerActivity\n"
+        "a = torch.ones(1)\n"
+        "with profile(activities=[ProfilerActivity.CPU]) as prof:\n"
+        "    for _ in range(5000):\n"
+        "        torch.add(a, a)\n"
+        f"prof.export_chrome_trace({str(tmp_path / 'trace.json')!r})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open(tmp_path / "trace.json", encoding="utf-8") as trace:
+        events = json.load(trace)["traceEvents"]
+    assert sum(1 for e in events if e.get("name") == "aten::add") == 5000
 
 
 def test_python_never_builds(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -132,6 +132,8 @@ class BuildSpec:
         )
         if features.has_accessor("activity_type") and _kineto_names_types_inline(torch):
             defines += ("-DPOLYPROF_HAS_activity_type",)
+        if _result_members_known(torch):
+            defines += ("-DPOLYPROF_HAS_result_members",)
         return cls(
             torch_version=str(torch.__version__),
             torch_git=str(getattr(torch.version, "git_version", "")),
@@ -167,6 +169,27 @@ def _kineto_names_types_inline(torch: Any) -> bool:
         return "inline const char* toString(ActivityType" in header.read_text(encoding="utf-8")
     except OSError:
         return False
+
+
+#: The members of torch's ``ProfilerResult`` that ``release()`` empties, as its header declares them
+#: (torch 2.6 to 2.15). Another torch builds the module without ``release()``.
+RESULT_MEMBERS = (
+    "std::vector<KinetoEvent> events_;",
+    "std::unique_ptr<torch::profiler::impl::kineto::ActivityTraceWrapper> trace_;",
+    "std::vector<experimental_event_t> event_tree_;",
+)
+
+
+def _result_members_known(torch: Any) -> bool:
+    """Whether torch's ``ProfilerResult`` holds exactly the members ``release()`` expects."""
+    header = Path(torch.__file__).parent / "include" / "torch" / "csrc" / "autograd" / "profiler_kineto.h"
+    try:
+        text = header.read_text(encoding="utf-8")
+    except OSError:
+        return False
+    declared = text[text.find("struct TORCH_API ProfilerResult") :]
+    declared = declared[: declared.find("};")]
+    return all(member in declared for member in RESULT_MEMBERS)
 
 
 @functools.cache

@@ -10,6 +10,8 @@ read through the accessors.
 
 from __future__ import annotations
 
+import sys
+import threading
 from operator import methodcaller
 from types import ModuleType
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from polyprof import torch_support
+from polyprof._memory import release_free_heap
 from polyprof.events import intern_column, intern_structured_column
 from polyprof.log import get_logger
 
@@ -81,6 +84,15 @@ def _is_raw_result(result: Any) -> bool:
     except ImportError:
         return False
     return isinstance(result, _ProfilerResult)
+
+
+def _release(reader: ModuleType, result: Any) -> None:
+    try:
+        reader.release(result)
+    except Exception as exc:  # noqa: BLE001 - the result is then freed through Python, as usual
+        log.warning("kineto_result_release_failed", reason=repr(exc))
+    del result
+    release_free_heap()
 
 
 class ResultRows:
@@ -152,6 +164,26 @@ class ResultRows:
         """Let go of the wrappers (of every ``take`` of the same rows too; subsets their
         ``events()`` handed out stay the caller's); the next ``events()`` fetches them again."""
         self._events = self._wrappers.every = None
+
+    def close(self) -> bool:
+        """Let go of torch's result; these rows read nothing afterwards. True if a thread frees it.
+
+        Where these rows hold the last reference and the compiled module can, torch's
+        result is freed on a thread of its own without the GIL, so the caller goes on
+        meanwhile (deallocating it through Python holds the GIL for about 0.5 us per
+        event), and that thread then returns the freed heap to the OS. Otherwise it is
+        freed now, as the last reference goes.
+        """
+        result, self.result = self.result, None
+        self.forget_events()
+        reader = self._reader
+        self._reader = None
+        # ``result`` and getrefcount's argument: no one else can reach torch's result.
+        if reader is None or sys.getrefcount(result) != 2 or not getattr(reader, "can_release", bool)():
+            return False
+        # Not a daemon: the interpreter waits for the free before it tears down torch.
+        threading.Thread(target=_release, args=(reader, result), name="polyprof-result-release").start()
+        return True
 
     def take(self, indices: np.ndarray) -> ResultRows:
         """The rows at ``indices`` of these rows."""

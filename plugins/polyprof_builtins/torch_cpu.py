@@ -420,9 +420,9 @@ class _DeferredDecoder:
         rows, self._rows = self._rows, None
         assert rows is not None
         columns = self._read(rows)
-        del rows  # the last reference: torch frees its C++ result here
         self._saved = None
-        release_free_heap_in_background()
+        if not rows.close():  # freed now, through Python
+            release_free_heap_in_background()
         return columns
 
     def _read(self, rows: ResultRows) -> dict[str, tuple[np.ndarray, tuple | None]]:

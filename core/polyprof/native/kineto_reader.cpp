@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -252,6 +253,55 @@ py::tuple intern_texts(
   return py::make_tuple(py::tuple(table), bad);
 }
 
+#ifdef POLYPROF_HAS_result_members
+// torch's result keeps its Kineto trace in a private member with no accessor. An explicit
+// instantiation may name a private member (C++ [temp.spec]); this one hands release() a pointer to
+// it. Defined only where the build found the member in the installed torch's header.
+using TraceHolder = std::unique_ptr<torch::profiler::impl::kineto::ActivityTraceWrapper>;
+struct TraceMember {
+  using type = TraceHolder ProfilerResult::*;
+  friend type member_of(TraceMember);
+};
+template <typename Tag, typename Tag::type Member>
+struct Expose {
+  friend typename Tag::type member_of(Tag) {
+    return Member;
+  }
+};
+template struct Expose<TraceMember, &ProfilerResult::trace_>;
+#endif
+
+bool can_release() {
+#ifdef POLYPROF_HAS_result_members
+  return true;
+#else
+  return false;
+#endif
+}
+
+// Frees what torch's result holds (its events, its event tree and its Kineto trace) without the
+// GIL, so a Python thread can free it beside other work. The result is left empty: call this only
+// on a result nothing else refers to. Deallocating it through Python holds the GIL throughout,
+// about 0.5 us per event.
+void release(const py::object& result) {
+#ifdef POLYPROF_HAS_result_members
+  ProfilerResult* held = result.cast<ProfilerResult*>();
+  py::gil_scoped_release unlocked;
+  // An empty result takes everything over; torch's own destructor, which knows the Kineto trace's
+  // type (this header only declares it), frees it at the end of this scope, before the GIL is
+  // taken back. const_cast: the members are not const, only the accessors' views of them.
+  ProfilerResult sink;
+  const_cast<std::vector<KinetoEvent>&>(sink.events())
+      .swap(const_cast<std::vector<KinetoEvent>&>(held->events()));
+  using Tree = std::vector<torch::autograd::profiler::experimental_event_t>;
+  const_cast<Tree&>(sink.event_tree()).swap(const_cast<Tree&>(held->event_tree()));
+  (sink.*member_of(TraceMember())).swap(held->*member_of(TraceMember()));
+#else
+  (void)result;
+  throw std::logic_error("this build cannot release torch's result (its members were not found)");
+#endif
+}
+
 }  // namespace
 
 namespace polyprof_chrome_lines {
@@ -265,5 +315,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fill", &fill, py::arg("result"), py::arg("field"), py::arg("rows"), py::arg("out"));
   m.def("intern_texts", &intern_texts, py::arg("result"), py::arg("which"), py::arg("rows"), py::arg("out"),
         py::arg("undecodable"));
+  m.def("can_release", &can_release, "Whether release() is built for this torch.");
+  m.def("release", &release, py::arg("result"),
+        "Free what torch's result holds without the GIL; only for a result nothing else refers to.");
   polyprof_chrome_lines::register_chrome_lines(m);
 }

@@ -164,6 +164,10 @@ print(json.dumps(result))
 def child_env(source: str | None) -> dict[str, str]:
     """The environment of a child process; ``source``: a snapshot's folder, imported first."""
     env = dict(os.environ)
+    # Installed packages import from bytecode: where the environment forbids writing it, every lazy
+    # import (the exporter's, at the first export) would compile its source inside a measurement.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.setdefault("PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), "polyprof-bench-pycache"))
     if source:
         # sys.path wins over the editable install's finder, so the snapshot's packages are the ones imported.
         paths = [os.path.join(source, "core"), os.path.join(source, "plugins"), env.get("PYTHONPATH", "")]

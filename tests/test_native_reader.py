@@ -358,6 +358,43 @@ def test_a_result_held_elsewhere_is_left_to_its_holders(compiled: Any) -> None:
     assert kept.column("start_ns", "int64").shape == (2,)
 
 
+def test_the_rows_read_alike_after_kinetos_trace_is_freed(compiled: Any) -> None:
+    if not compiled.can_release():
+        pytest.skip("this torch's ProfilerResult has members release_trace() does not know")
+    result, _ = _raw_result({"record_shapes": True})
+    rows = ResultRows(result, compiled)
+    fields = [f for f in compiled.field_names() if f in dict(_fields_to_compare())]
+    before = {f: rows.column(f, "int64") for f in fields}
+    names_before = rows.names()[1]
+    assert rows.release_kineto_trace() is True
+    for thread in threading.enumerate():
+        if thread.name == "polyprof-trace-release":
+            thread.join(30)
+    after = {f: ResultRows(result, compiled).column(f, "int64") for f in fields}
+    for field in fields:
+        np.testing.assert_array_equal(after[field], before[field], err_msg=field)
+    assert ResultRows(result, compiled).names()[1] == names_before
+    assert ResultRows(result, None).column("start_ns", "int64").tolist() == before["start_ns"].tolist()
+
+
+@pytest.mark.parametrize("flags", [{}, {"record_shapes": True}], ids=["default", "record_shapes"])
+def test_kinetos_trace_is_freed_at_exit_only_when_nothing_will_read_it(
+    flags: dict[str, Any], compiled: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from polyprof import profile as polyprof_profile
+
+    calls: list[int] = []
+    release = ResultRows.release_kineto_trace
+    monkeypatch.setattr(ResultRows, "release_kineto_trace", lambda rows: calls.append(1) or release(rows))
+    with polyprof_profile(activities=[PA.CPU], **flags) as prof:
+        _workload()
+    reference = [(e.name, e.cpu_time_total) for e in prof.events()]
+    assert reference
+    # Kineto's args (record_shapes) and, before 2.13, its writer's flows come from that trace.
+    wanted = not flags and FEATURES.has_accessor("flow_id")
+    assert calls == ([1] if wanted else [])
+
+
 def test_a_process_that_exits_right_after_exporting_frees_the_result_cleanly(tmp_path: Path) -> None:
     """The freeing thread is not a daemon: the interpreter waits for it before tearing torch down."""
     script = (

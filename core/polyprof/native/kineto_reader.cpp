@@ -21,6 +21,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -279,6 +280,14 @@ bool can_release() {
 #endif
 }
 
+#ifdef POLYPROF_HAS_result_members
+// Serialises the moves out of one result (release_trace() may run while release() starts).
+std::mutex& moves() {
+  static std::mutex lock;
+  return lock;
+}
+#endif
+
 // Frees what torch's result holds (its events, its event tree and its Kineto trace) without the
 // GIL, so a Python thread can free it beside other work. The result is left empty: call this only
 // on a result nothing else refers to. Deallocating it through Python holds the GIL throughout,
@@ -291,6 +300,7 @@ void release(const py::object& result) {
   // type (this header only declares it), frees it at the end of this scope, before the GIL is
   // taken back. const_cast: the members are not const, only the accessors' views of them.
   ProfilerResult sink;
+  std::lock_guard<std::mutex> moving(moves());
   const_cast<std::vector<KinetoEvent>&>(sink.events())
       .swap(const_cast<std::vector<KinetoEvent>&>(held->events()));
   using Tree = std::vector<torch::autograd::profiler::experimental_event_t>;
@@ -299,6 +309,23 @@ void release(const py::object& result) {
 #else
   (void)result;
   throw std::logic_error("this build cannot release torch's result (its members were not found)");
+#endif
+}
+
+// Frees only the result's Kineto trace, without the GIL (about half of what the result holds).
+// Its events and event tree do not point into it once torch's post-processing is over (torch
+// clears each Result's kineto_activity_ then), so they stay readable; what needs the trace,
+// save() and trace_activities(), must not be called afterwards.
+void release_trace(const py::object& result) {
+#ifdef POLYPROF_HAS_result_members
+  ProfilerResult* held = result.cast<ProfilerResult*>();
+  py::gil_scoped_release unlocked;
+  ProfilerResult sink;
+  std::lock_guard<std::mutex> moving(moves());
+  (sink.*member_of(TraceMember())).swap(held->*member_of(TraceMember()));
+#else
+  (void)result;
+  throw std::logic_error("this build cannot release torch's Kineto trace (its members were not found)");
 #endif
 }
 
@@ -318,5 +345,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("can_release", &can_release, "Whether release() is built for this torch.");
   m.def("release", &release, py::arg("result"),
         "Free what torch's result holds without the GIL; only for a result nothing else refers to.");
+  m.def("release_trace", &release_trace, py::arg("result"),
+        "Free the Kineto trace of torch's result without the GIL; save() must not follow.");
   polyprof_chrome_lines::register_chrome_lines(m);
 }

@@ -10,7 +10,12 @@ at the edges of int64. The byte-for-byte guards against torch's own writer
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -31,23 +36,35 @@ pytest.importorskip("torch")
 LITERAL, INTEGER, MILLIS, TABLE = 0, 1, 2, 3
 
 
+HAS_COMPILER = shutil.which(os.environ.get("CXX", "c++")) is not None
+#: The layouts whose op lines differ: the newest, and torch 2.7's (``"finished": true`` in the args,
+#: plain names without overloads).
+LAYOUTS = {
+    "newest": chrome_trace.NEWEST_LAYOUT,
+    "torch-2.7": chrome_trace.KinetoLayout(
+        time_keys_first=False,
+        metadata_first=False,
+        host_name=False,
+        overload_in_names=False,
+        finished_in_op_args=True,
+    ),
+}
+
+
 @pytest.fixture(scope="module")
 def format_rows() -> Any:
-    module = native_reader.reader("auto")
-    if module is None:
-        pytest.skip(
-            "polyprof's compiled module is not built here (no compiler, or POLYPROF_KINETO_READER=python)"
-        )
-    return module.format_rows
+    if not HAS_COMPILER:
+        pytest.skip("no C++ compiler here: the export writes with the f-strings only")
+    return native_reader.reader("native").format_rows
 
 
-def rendered(trace: Any, formatter: Any, chunk_events: int | None = None) -> str:
-    """The trace's text with ``formatter`` (None: the f-strings only) and, if given, that chunk size."""
+def rendered(trace: Any, formatter: Any, chunk_events: int | None = None, layout: Any = None) -> str:
+    """The trace's text with ``formatter`` (None: the f-strings only), that chunk size and layout."""
     with mock.patch.object(chrome_trace, "_line_formatter", lambda: formatter):
         if chunk_events is None:
-            return "".join(render_chrome_trace(trace, "x.json"))
+            return "".join(render_chrome_trace(trace, "x.json", layout))
         with mock.patch.object(chrome_trace, "CHUNK_EVENTS", chunk_events):
-            return "".join(render_chrome_trace(trace, "x.json"))
+            return "".join(render_chrome_trace(trace, "x.json", layout))
 
 
 def op_rows(n: int, **fields: Any) -> list[dict[str, Any]]:
@@ -129,6 +146,8 @@ def test_strided_columns_are_refused(format_rows: Any) -> None:
     chunk_events=st.integers(1, 8),
     stacks=st.lists(st.sampled_from([(), ("a.py(1): f",), ("b.py(2): g", "é.py(3): h")]), max_size=25),
     flows=st.lists(st.tuples(st.integers(0, 24), st.integers(1, 2**40), st.booleans()), max_size=6),
+    overloads=st.lists(st.sampled_from(["", "Tensor", "out"]), max_size=25),
+    layout=st.sampled_from(sorted(LAYOUTS)),
 )
 def test_compiled_lines_are_the_f_strings_lines(
     format_rows: Any,
@@ -136,26 +155,30 @@ def test_compiled_lines_are_the_f_strings_lines(
     chunk_events: int,
     stacks: list[tuple[str, ...]],
     flows: list[tuple[int, int, bool]],
+    overloads: list[str],
+    layout: str,
 ) -> None:
-    for row, stack in zip(rows, stacks):
+    for row, stack, overload in zip(rows, stacks, overloads):
         if row["kind"] in (int(EventKind.CPU_OP), int(EventKind.USER_ANNOTATION)):
-            row["stack"] = stack
+            row.update(stack=stack, overload=overload)
     for at, flow_id, starts in flows:
         if at < len(rows) and row_takes_flow(rows[at]):
             rows[at].update(flow_id=flow_id, flow_type=1, flow_start=starts)
     trace = make_trace(batch_from_rows(rows))
-    expected = rendered(trace, None, chunk_events)
-    assert rendered(trace, format_rows, chunk_events) == expected
+    expected = rendered(trace, None, chunk_events, LAYOUTS[layout])
+    assert rendered(trace, format_rows, chunk_events, LAYOUTS[layout]) == expected
 
 
 def row_takes_flow(row: dict[str, Any]) -> bool:
     return row["kind"] in (int(EventKind.CPU_OP), int(EventKind.USER_ANNOTATION))
 
 
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("chunk_events", [1, 2, 3, 5, 20_000])
-def test_every_event_form_alike(format_rows: Any, chunk_events: int) -> None:
+def test_every_event_form_alike(format_rows: Any, chunk_events: int, layout: str) -> None:
     trace = make_trace(batch_from_rows(every_args_form_rows()))
-    assert rendered(trace, format_rows, chunk_events) == rendered(trace, None, chunk_events)
+    with_formatter = rendered(trace, format_rows, chunk_events, LAYOUTS[layout])
+    assert with_formatter == rendered(trace, None, chunk_events, LAYOUTS[layout])
 
 
 def test_edge_values_alike(format_rows: Any) -> None:
@@ -183,30 +206,51 @@ def test_the_compiled_formatter_writes_the_op_lines(format_rows: Any) -> None:
     assert calls == [20, 20, 10]
 
 
-def test_a_value_that_cannot_be_handed_over_falls_back_to_the_f_strings(format_rows: Any) -> None:
-    assert chrome_trace._exact_int64(np.array([2**63 - 1], dtype=np.uint64)).tolist() == [2**63 - 1]
-    with pytest.raises(chrome_trace._NotFormattable):
-        chrome_trace._exact_int64(np.array([2**63], dtype=np.uint64))
-    with pytest.raises(chrome_trace._NotFormattable):
-        chrome_trace._exact_int64(np.array([1.5]))
+def test_a_formatter_that_fails_leaves_the_lines_to_the_f_strings(format_rows: Any) -> None:
+    calls = []
 
-    def refusing(count: int, segments: list) -> bytes:
-        raise chrome_trace._NotFormattable("a value it cannot write")
+    def failing(count: int, segments: list) -> bytes:
+        calls.append(count)
+        raise RuntimeError("a column changed while its rows were written")
 
-    trace = make_trace(batch_from_rows(op_rows(5)))
-    assert rendered(trace, refusing) == rendered(trace, None)
+    trace = make_trace(batch_from_rows(op_rows(50, correlation_id=1)))
+    assert rendered(trace, failing, chunk_events=20) == rendered(trace, None, chunk_events=20)
+    assert calls == [20]  # the first failure leaves the rest of the export to the f-strings
 
 
-def test_the_formatter_follows_the_reader_choice(monkeypatch: pytest.MonkeyPatch, format_rows: Any) -> None:
+def test_the_formatter_follows_the_reader_choice_and_never_builds(
+    monkeypatch: pytest.MonkeyPatch, format_rows: Any
+) -> None:
     monkeypatch.setenv(native_reader.MODE_VARIABLE, "python")
     assert chrome_trace._line_formatter() is None
     monkeypatch.setenv(native_reader.MODE_VARIABLE, "auto")
     assert chrome_trace._line_formatter() is not None
-    monkeypatch.setenv(native_reader.MODE_VARIABLE, "fastest")  # a bad choice: the f-strings, a warning
+    monkeypatch.setenv(native_reader.MODE_VARIABLE, "fastest")  # a bad choice: the f-strings
     assert chrome_trace._line_formatter() is None
+    for mode in ("native", "auto"):
+        monkeypatch.setenv(native_reader.MODE_VARIABLE, mode)
+        monkeypatch.setattr(native_reader, "build", lambda **_: pytest.fail("the export built the module"))
+        monkeypatch.setattr(
+            native_reader, "_start_background_build", lambda _: pytest.fail("it started a build")
+        )
+        monkeypatch.setattr(native_reader, "_loaded", {})
+        monkeypatch.setattr(
+            native_reader.BuildState, "of", classmethod(lambda cls, spec: cls(spec.folder(), False, None))
+        )
+        assert chrome_trace._line_formatter() is None  # not built: the f-strings
 
 
-def test_no_torch_is_imported_to_write_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "torch")
-    assert chrome_trace._line_formatter() is None
-    assert "torch" not in sys.modules
+def test_writing_a_trace_never_imports_torch(tmp_path: Path) -> None:
+    script = (
+        "import sys\n"
+        "from polyprof.events import EventKind\n"
+        "from polyprof_builtins.chrome_trace import write_chrome_trace\n"
+        "from polyprof.testing import make_event_batch, make_trace\n"
+        "assert 'torch' not in sys.modules, 'imported before writing'\n"
+        "rows = [{'kind': int(EventKind.CPU_OP), 'name': 'op', 'start_ns': 10**9, 'dur_ns': 5}]\n"
+        f"write_chrome_trace(make_trace(make_event_batch(rows)), {str(tmp_path / 't.json')!r})\n"
+        "assert 'torch' not in sys.modules, 'imported by the export'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]

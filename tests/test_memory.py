@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import sys
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -62,7 +63,7 @@ def test_no_op_without_glibc(monkeypatch):
     try:
         assert release_free_heap() is False
         started = []
-        monkeypatch.setattr(memory.threading, "Thread", lambda *a, **k: started.append(k))
+        monkeypatch.setattr(memory, "threading", SimpleNamespace(Thread=lambda *a, **k: started.append(k)))
         release_free_heap_in_background()
         assert started == []
     finally:

@@ -198,7 +198,7 @@ def test_host_rows_structured_metadata_is_read_without_torchs_wrappers(recorded:
     for name in ("metadata_json", "activity_type", "extra_meta", "typed_metadata"):
         if FEATURES.has_accessor(name) and (name != "activity_type" or FEATURES.at_least(2, 13)):
             rows.structured(name)
-            assert rows._wrappers.every is None, name
+            assert rows._shared.every is None, name
 
 
 def test_a_row_outside_the_result_is_refused_with_the_count(recorded: Any, compiled: Any) -> None:
@@ -358,23 +358,56 @@ def test_a_result_held_elsewhere_is_left_to_its_holders(compiled: Any) -> None:
     assert kept.column("start_ns", "int64").shape == (2,)
 
 
+def _everything_read(result: Any, reader: Any) -> dict[str, Any]:
+    rows = ResultRows(result, reader)
+    read: dict[str, Any] = {f: rows.column(f, dtype).tolist() for f, dtype in _fields_to_compare()}
+    for which in ("name", "overload_name"):
+        if which == "name" or FEATURES.has_accessor(which):
+            indices, table, _ = rows.names(which)
+            read[which] = [table[i] if i >= 0 else None for i in np.asarray(indices).tolist()]
+    for name in ("metadata_json", "activity_type", "extra_meta", "typed_metadata"):
+        if FEATURES.has_accessor(name):
+            column, table = rows.structured(name)
+            read[name] = [table[i] if i >= 0 else None for i in column.tolist()]
+    return read
+
+
 def test_the_rows_read_alike_after_kinetos_trace_is_freed(compiled: Any) -> None:
     if not compiled.can_release():
         pytest.skip("this torch's ProfilerResult has members release_trace() does not know")
-    result, _ = _raw_result({"record_shapes": True})
-    rows = ResultRows(result, compiled)
-    fields = [f for f in compiled.field_names() if f in dict(_fields_to_compare())]
-    before = {f: rows.column(f, "int64") for f in fields}
-    names_before = rows.names()[1]
-    assert rows.release_kineto_trace() is True
+    result, _ = _raw_result(FLAG_SETS["every_flag"])
+    before = _everything_read(result, compiled)
+    assert ResultRows(result, compiled).release_kineto_trace() is True
     for thread in threading.enumerate():
-        if thread.name == "polyprof-trace-release":
+        if thread.name == result_rows.TRACE_RELEASE:
             thread.join(30)
-    after = {f: ResultRows(result, compiled).column(f, "int64") for f in fields}
-    for field in fields:
-        np.testing.assert_array_equal(after[field], before[field], err_msg=field)
-    assert ResultRows(result, compiled).names()[1] == names_before
-    assert ResultRows(result, None).column("start_ns", "int64").tolist() == before["start_ns"].tolist()
+    assert _everything_read(result, compiled) == before
+    assert _everything_read(result, None) == before
+
+
+def test_the_freeing_threads_are_never_daemons(compiled: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """They inherit their creator's flag otherwise, and the export and the bus run on daemon threads:
+    a daemon freeing torch's result at interpreter exit would race torch's own teardown."""
+    if not compiled.can_release():
+        pytest.skip("this torch's ProfilerResult has members release() does not know")
+    seen: list[tuple[str, bool]] = []
+    for name in ("_release", "_release_trace"):
+        monkeypatch.setattr(
+            result_rows,
+            name,
+            lambda reader, result, _name=name: seen.append((_name, threading.current_thread().daemon)),
+        )
+
+    def from_a_daemon() -> None:
+        rows = ResultRows(_raw_result({})[0], compiled)
+        gc.collect()  # torch's profile is a cycle: these rows hold the result
+        assert rows.release_kineto_trace() is True
+        assert rows.close() is True  # after waiting for the trace's thread
+
+    creator = threading.Thread(target=from_a_daemon, daemon=True)
+    creator.start()
+    creator.join(60)
+    assert sorted(seen) == [("_release", False), ("_release_trace", False)]
 
 
 @pytest.mark.parametrize("flags", [{}, {"record_shapes": True}], ids=["default", "record_shapes"])

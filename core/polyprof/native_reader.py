@@ -390,14 +390,45 @@ def reader(requested: str | None = None) -> ModuleType | None:
                     "result in pure Python"
                 )
         try:
-            module = _load(state.folder)
+            return _load_built(spec, state)
         except ImportError as exc:
             if chosen == "native":
                 raise NativeReaderUnavailable(f"polyprof's compiled reader does not load: {exc}") from exc
-            log.warning("kineto_reader_not_loaded", folder=str(state.folder), reason=_one_line(exc))
             return None
-        _loaded[spec.key] = module
-        return module
+
+
+def built_module() -> ModuleType | None:
+    """The compiled module where it is chosen and already built for this torch, else None.
+
+    For its other users (the Chrome export's line formatter): never builds, never starts a
+    build and never raises; a module that does not load is logged and left aside.
+    """
+    try:
+        if mode() == "python":
+            return None
+        spec = BuildSpec.for_installed_torch()
+    except PolyprofError:
+        return None  # a bad choice: the decode reports it; the export writes in Python
+    with _load_lock:
+        if spec.key in _loaded:
+            return _loaded[spec.key]
+        state = BuildState.of(spec)
+        if not state.built:
+            return None
+        with contextlib.suppress(ImportError):
+            return _load_built(spec, state)
+        return None
+
+
+def _load_built(spec: BuildSpec, state: BuildState) -> ModuleType:
+    """Load the built module into this process once (under ``_load_lock``); ImportError logged."""
+    try:
+        module = _load(state.folder)
+    except ImportError as exc:
+        log.warning("kineto_reader_not_loaded", folder=str(state.folder), reason=_one_line(exc))
+        raise
+    _loaded[spec.key] = module
+    return module
 
 
 def _background_main() -> int:

@@ -69,12 +69,40 @@ def safe_text(which: str) -> Any:
     return read
 
 
-class _Wrappers:
-    """torch's event wrappers of one result, shared by a ``ResultRows`` and every ``take`` of it,
-    so one ``forget_events`` lets go of them for all."""
+class _Shared:
+    """What a ``ResultRows`` and every ``take`` of it share about one result: torch's event
+    wrappers (one ``forget_events`` lets go of them for all) and the thread freeing its Kineto
+    trace (``close`` waits for it)."""
 
     def __init__(self) -> None:
         self.every: list[Any] | None = None
+        self.trace_release: threading.Thread | None = None
+
+
+def _sole_owner_refcount() -> int:
+    """What ``sys.getrefcount`` says, in ``close``'s code shape, of an object only a local holds.
+
+    Measured rather than assumed: CPython 3.14 passes locals as borrowed references, which
+    changes the count by one.
+    """
+    probe = [object()]
+    result = probe.pop()
+    return sys.getrefcount(result)
+
+
+#: None where counts say nothing about other holders (free-threaded builds share them out).
+SOLE_OWNER_REFCOUNT: int | None = (
+    None if getattr(sys, "_is_gil_enabled", lambda: True)() is False else _sole_owner_refcount()
+)
+
+
+def _start(thread: threading.Thread) -> bool:
+    """Start ``thread``; False where the interpreter refuses new threads (it is shutting down)."""
+    try:
+        thread.start()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _is_raw_result(result: Any) -> bool:
@@ -84,6 +112,11 @@ def _is_raw_result(result: Any) -> bool:
     except ImportError:
         return False
     return isinstance(result, _ProfilerResult)
+
+
+#: The names of the freeing threads.
+RESULT_RELEASE = "polyprof-result-release"
+TRACE_RELEASE = "polyprof-trace-release"
 
 
 def _release(reader: ModuleType, result: Any) -> None:
@@ -96,8 +129,6 @@ def _release(reader: ModuleType, result: Any) -> None:
 
 
 def _release_trace(reader: ModuleType, result: Any) -> None:
-    # No trim after it: the table's and the export's allocations reuse the freed heap at once,
-    # and trimming 700 MB of it beside them holds the allocator's locks they wait for.
     try:
         reader.release_trace(result)
     except Exception as exc:  # noqa: BLE001 - the trace is then freed with the result, as usual
@@ -116,7 +147,7 @@ class ResultRows:
         result: Any,
         reader: ModuleType | None,
         indices: np.ndarray | None = None,
-        wrappers: _Wrappers | None = None,
+        shared: _Shared | None = None,
     ) -> None:
         self.result = result
         self._reader = reader if reader is not None and _is_raw_result(result) else None
@@ -124,7 +155,7 @@ class ResultRows:
         self._native_fields = self._native(lambda reader: frozenset(reader.field_names())) or frozenset()
         self._indices = None if indices is None else np.ascontiguousarray(indices, dtype=np.int64)
         self._events: list[Any] | None = None
-        self._wrappers = wrappers or _Wrappers()
+        self._shared = shared or _Shared()
         if self._indices is not None:
             self.count = len(self._indices)
         else:
@@ -151,9 +182,9 @@ class ResultRows:
         return self._reader is not None
 
     def _fetch_all(self) -> list[Any]:
-        if self._wrappers.every is None:
-            self._wrappers.every = self.result.events()
-        return self._wrappers.every
+        if self._shared.every is None:
+            self._shared.every = self.result.events()
+        return self._shared.every
 
     def events(self) -> list[Any]:
         """torch's event wrappers of these rows."""
@@ -172,7 +203,7 @@ class ResultRows:
     def forget_events(self) -> None:
         """Let go of the wrappers (of every ``take`` of the same rows too; subsets their
         ``events()`` handed out stay the caller's); the next ``events()`` fetches them again."""
-        self._events = self._wrappers.every = None
+        self._events = self._shared.every = None
 
     def close(self) -> bool:
         """Let go of torch's result; these rows read nothing afterwards. True if a thread frees it.
@@ -183,38 +214,58 @@ class ResultRows:
         event), and that thread then returns the freed heap to the OS. Otherwise it is
         freed now, as the last reference goes.
         """
+        self.wait_for_kineto_trace_release()  # that thread holds the result while it runs
         result, self.result = self.result, None
         self.forget_events()
         reader = self._reader
         self._reader = None
-        # ``result`` and getrefcount's argument: no one else can reach torch's result.
-        if reader is None or sys.getrefcount(result) != 2 or not getattr(reader, "can_release", bool)():
+        if (
+            reader is None
+            or SOLE_OWNER_REFCOUNT is None
+            or sys.getrefcount(result) != SOLE_OWNER_REFCOUNT  # someone else can still reach it
+            or not getattr(reader, "can_release", bool)()
+        ):
             return False
-        # Not a daemon: the interpreter waits for the free before it tears down torch.
-        threading.Thread(target=_release, args=(reader, result), name="polyprof-result-release").start()
-        return True
+        # Not a daemon (explicitly: a thread inherits its creator's flag, and the export runs on a
+        # daemon thread): the interpreter waits for the free before it tears torch down.
+        return _start(
+            threading.Thread(target=_release, args=(reader, result), name=RESULT_RELEASE, daemon=False)
+        )
 
     def release_kineto_trace(self) -> bool:
         """Free the Kineto trace inside torch's result now, on a thread of its own; True if started.
 
         About half of what the result holds (700 MB at 1M events) is Kineto's copy of
         the events for its own writer; the rows' fields never point into it, so they stay
-        readable. Only for a caller that will never need ``result.save()`` or
-        ``trace_activities()`` (torch 2.13+ without Kineto's args); needs the compiled module.
+        readable. Only for a caller that knows nothing will call ``result.save()`` or
+        ``trace_activities()`` on this result again (those would crash); needs the compiled module.
         """
         reader = self._reader
-        if reader is None or not getattr(reader, "can_release", bool)():
+        if (
+            reader is None
+            or self._shared.trace_release is not None
+            or not getattr(reader, "can_release", bool)()
+        ):
             return False
-        threading.Thread(
-            target=_release_trace, args=(reader, self.result), name="polyprof-trace-release"
-        ).start()
+        thread = threading.Thread(
+            target=_release_trace, args=(reader, self.result), name=TRACE_RELEASE, daemon=False
+        )
+        if not _start(thread):
+            return False
+        self._shared.trace_release = thread
         return True
+
+    def wait_for_kineto_trace_release(self) -> None:
+        """Return once the thread ``release_kineto_trace`` started has freed the trace."""
+        if self._shared.trace_release is not None:
+            self._shared.trace_release.join()
+            self._shared.trace_release = None
 
     def take(self, indices: np.ndarray) -> ResultRows:
         """The rows at ``indices`` of these rows."""
         indices = np.asarray(indices, dtype=np.int64)
         picked = indices if self._indices is None else self._indices[indices]
-        return ResultRows(self.result, self._reader, picked, self._wrappers)
+        return ResultRows(self.result, self._reader, picked, self._shared)
 
     def column(self, name: str, dtype: str) -> np.ndarray:
         """``event.<name>()`` of every row as ``dtype``; zeros where the installed torch lacks it."""

@@ -40,7 +40,6 @@ makes its file unreadable, and 2.15 rewrites it to ``'`` and backslashes to
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import json
 import math
@@ -687,23 +686,15 @@ class _ChunkFields:
 _LITERAL, _INTEGER, _MILLIS, _TABLE = 0, 1, 2, 3
 
 
-class _NotFormattable(Exception):
-    """A chunk holds a value the compiled formatter cannot be handed exactly; Python writes it."""
-
-
 def _line_formatter() -> Any:
     """The compiled formatter's ``format_rows`` where it is built and chosen, else None.
 
-    It is part of the compiled reader's module (``POLYPROF_KINETO_READER`` chooses both; ``auto``
-    never waits for a build). Anything wrong with it leaves the f-strings, which write the same.
+    It is part of the compiled reader's module (``POLYPROF_KINETO_READER`` chooses both). The
+    export never builds it, nor imports torch for it: the module links torch's libraries.
     """
     if "torch" not in sys.modules:
-        return None  # the module links torch's libraries: never import torch just to write a file
-    try:
-        module = native_reader.reader()
-    except Exception as exc:  # noqa: BLE001 - the f-strings write the same text
-        log.warning("chrome_line_formatter_unavailable", reason=str(exc))
         return None
+    module = native_reader.built_module()
     return getattr(module, "format_rows", None) if module is not None else None
 
 
@@ -711,18 +702,14 @@ def _utf8(texts: Sequence[str]) -> list[bytes]:
     return [text.encode() for text in texts]
 
 
-def _exact_int64(values: np.ndarray) -> np.ndarray:
-    """``values`` as contiguous int64, which must write as ``str()`` of each value writes it."""
-    if values.dtype == np.int64:
-        return np.ascontiguousarray(values)
-    if values.dtype.kind not in "iub" or (values.dtype.kind == "u" and len(values) and values.max() >= 2**63):
-        raise _NotFormattable(f"a {values.dtype} column")
-    return values.astype(np.int64)
+def _int64(values: np.ndarray) -> np.ndarray:
+    # the batch's columns are int64 or int32 by schema (events.FIELDS): exact either way
+    return np.ascontiguousarray(values, dtype=np.int64)
 
 
 def _table_index(index: np.ndarray, size: int) -> np.ndarray:
     """Indices into a table of ``size`` entries, -1 (Python's last entry) made explicit."""
-    index = _exact_int64(index)
+    index = _int64(index)
     return np.where(index < 0, index + size, index)
 
 
@@ -786,7 +773,7 @@ class _EventText:
         self.flow_type = flow_type[self.flows]
         self.flow_start = flow_start[self.flows]
         self.formatter = _line_formatter()
-        self._encoded: tuple[list[bytes], list[bytes]] | None = None  # x_prefixes and names, as UTF-8
+        self._encoded: dict[str, list[bytes]] = {}  # the tables the formatter reads, as UTF-8, once
 
     def chunk(self, lo: int, hi: int) -> str | bytes:
         """Events ``lo`` to ``hi - 1``: their lines, each followed by a comma and a newline.
@@ -801,8 +788,11 @@ class _EventText:
         lines_arr = self._other_lines(fields, standard_ops)
         flows = self._flow_suffixes(fields)
         if self.formatter is not None and standard_ops.any():
-            with contextlib.suppress(_NotFormattable):
+            try:
                 return self._formatted(fields, standard_ops, lines_arr, flows)
+            except Exception as exc:  # noqa: BLE001 - the f-strings write the same lines
+                log.warning("chrome_line_formatter_failed_writing_in_python", reason=repr(exc))
+                self.formatter = None
         idx = np.flatnonzero(standard_ops)
         if len(idx):
             lines_arr[idx] = self._op_lines(
@@ -933,6 +923,11 @@ class _EventText:
             suffixes.append((i, text))
         return suffixes
 
+    def _encoded_table(self, key: str, texts: Sequence[str]) -> list[bytes]:
+        if key not in self._encoded:
+            self._encoded[key] = _utf8(texts)
+        return self._encoded[key]
+
     def _formatted(
         self,
         fields: _ChunkFields,
@@ -943,18 +938,16 @@ class _EventText:
         """The chunk as UTF-8, its standard op lines written by the compiled formatter.
 
         The same text as ``_op_lines`` (segment by segment, in its order); the other lines and
-        the flows, built in Python, go in as tables. Raises ``_NotFormattable`` where a value
-        cannot be handed over exactly.
+        the flows, built in Python, go in as tables.
         """
         assert self.formatter is not None
         args, cols, lo, hi = self.args, self.cols, fields.lo, fields.hi
         count = hi - lo
-        if self._encoded is None:
-            self._encoded = (_utf8(self.x_prefixes), _utf8(self.names))
-        prefixes, names = self._encoded
+        prefixes = self._encoded_table("prefixes", self.x_prefixes)
+        names = self._encoded_table("names", self.names)
         events = slice(lo, hi)
-        correlation = _exact_int64(cols.col("correlation_id")[events])
-        sequence = _exact_int64(cols.col("sequence_nr")[events])
+        correlation = _int64(cols.col("correlation_id")[events])
+        sequence = _int64(cols.col("sequence_nr")[events])
         has_ext = standard_ops & (correlation != 0)
         no_ext = standard_ops & (correlation == 0)
         has_seq = standard_ops & (sequence >= 0)
@@ -962,17 +955,17 @@ class _EventText:
             (_TABLE, _table_index(fields.category, len(prefixes)), prefixes, standard_ops),
             (_TABLE, _table_index(fields.name, len(names)), names, standard_ops),
             (_LITERAL, b', "pid": ', None, standard_ops),
-            (_INTEGER, _exact_int64(fields.pid), None, standard_ops),
+            (_INTEGER, _int64(fields.pid), None, standard_ops),
             (_LITERAL, b', "tid": ', None, standard_ops),
-            (_INTEGER, _exact_int64(fields.tid), None, standard_ops),
+            (_INTEGER, _int64(fields.tid), None, standard_ops),
             (_LITERAL, b', "ts": ', None, standard_ops),
-            (_INTEGER, _exact_int64(fields.ts_us), None, standard_ops),
+            (_INTEGER, _int64(fields.ts_us), None, standard_ops),
             (_LITERAL, b".", None, standard_ops),
-            (_MILLIS, _exact_int64(fields.ts_ns), None, standard_ops),
+            (_MILLIS, _int64(fields.ts_ns), None, standard_ops),
             (_LITERAL, b', "dur": ', None, standard_ops),
-            (_INTEGER, _exact_int64(fields.dur_us), None, standard_ops),
+            (_INTEGER, _int64(fields.dur_us), None, standard_ops),
             (_LITERAL, b".", None, standard_ops),
-            (_MILLIS, _exact_int64(fields.dur_ns), None, standard_ops),
+            (_MILLIS, _int64(fields.dur_ns), None, standard_ops),
             (_LITERAL, _EXTERNAL_ID_HEAD.encode(), None, has_ext),
             (_INTEGER, correlation, None, has_ext),
             (_LITERAL, _OP_ARGS_TAIL.encode(), None, has_ext),
@@ -980,17 +973,17 @@ class _EventText:
             (_LITERAL, _SEQUENCE_NUMBER.encode(), None, has_seq),
             (_INTEGER, sequence, None, has_seq),
             (_LITERAL, _FWD_THREAD_ID.encode(), None, has_seq),
-            (_INTEGER, _exact_int64(cols.col("fwd_thread")[events]), None, has_seq),
+            (_INTEGER, _int64(cols.col("fwd_thread")[events]), None, has_seq),
         ]
         for table, field in ((args.shapes_args, "shapes"), (args.stack_args, "stack")):
             if table is not None:
-                encoded = _utf8(table)
+                encoded = self._encoded_table(field, table)
                 segments.append(
                     (_TABLE, _table_index(cols.col(field)[events], len(encoded)), encoded, standard_ops)
                 )
         segments += [
-            (_LITERAL, f"{args.ev_idx_head}".encode(), None, standard_ops),
-            (_INTEGER, _exact_int64(args.ev_idx[events]), None, standard_ops),
+            (_LITERAL, args.ev_idx_head.encode(), None, standard_ops),
+            (_INTEGER, _int64(args.ev_idx[events]), None, standard_ops),
             (_LITERAL, b"}}", None, standard_ops),
         ]
         others = ~standard_ops

@@ -37,10 +37,17 @@ const T* column_of(const py::buffer_info& info, size_t count, const char* what, 
   return static_cast<const T*>(info.ptr);
 }
 
+// A view of an immutable Python bytes object, which the segment's table list keeps alive.
+struct Text {
+  const char* data;
+  size_t size;
+};
+
 struct Segment {
   int kind = kLiteral;
   std::string literal;
-  std::vector<std::string> table;
+  py::object table_holder;  // the list of bytes the views point into
+  std::vector<Text> table;
   const int64_t* values = nullptr;
   const uint8_t* mask = nullptr;
   // The buffer views keep numpy's arrays alive and unmoved; released with the GIL held.
@@ -101,8 +108,12 @@ std::vector<Segment> parse(const py::list& segments, size_t count) {
       segment.values_view = std::make_unique<py::buffer_info>(py::buffer(spec[1]).request());
       segment.values = column_of<int64_t>(*segment.values_view, count, "a segment's values", true);
       if (segment.kind == kTable) {
-        for (const py::handle& text : py::reinterpret_borrow<py::sequence>(spec[2])) {
-          segment.table.push_back(text.cast<std::string>());
+        segment.table_holder = py::list(spec[2]);  // a list of its own: no one else can change it
+        for (const py::handle& text : segment.table_holder) {
+          if (!PyBytes_Check(text.ptr())) {
+            throw std::invalid_argument("a table holds bytes only");
+          }
+          segment.table.push_back({PyBytes_AS_STRING(text.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(text.ptr()))});
         }
       }
     } else {
@@ -145,7 +156,7 @@ size_t total_length(const std::vector<Segment>& segments, size_t count) {
             throw py::index_error("table index " + std::to_string(index) + " is outside a table of " +
                                   std::to_string(segment.table.size()));
           }
-          total += segment.table[static_cast<size_t>(index)].size();
+          total += segment.table[static_cast<size_t>(index)].size;
         }
       }
     }
@@ -153,7 +164,14 @@ size_t total_length(const std::vector<Segment>& segments, size_t count) {
   return total;
 }
 
-void write_rows(const std::vector<Segment>& segments, size_t count, char* out) {
+// Writes what total_length() measured; checks each value again, since another thread could change
+// a caller's array between the passes (the GIL is released for both), and never writes past end.
+void write_rows(const std::vector<Segment>& segments, size_t count, char* out, const char* end) {
+  const auto room_for = [&](size_t size) {
+    if (static_cast<size_t>(end - out) < size) {
+      throw std::runtime_error("a column changed while its rows were written");
+    }
+  };
   for (size_t row = 0; row < count; ++row) {
     for (const Segment& segment : segments) {
       if (!segment.written(row)) {
@@ -161,14 +179,20 @@ void write_rows(const std::vector<Segment>& segments, size_t count, char* out) {
       }
       switch (segment.kind) {
         case kLiteral:
+          room_for(segment.literal.size());
           std::memcpy(out, segment.literal.data(), segment.literal.size());
           out += segment.literal.size();
           break;
         case kInteger:
+          room_for(integer_length(segment.values[row]));
           out = write_integer(out, segment.values[row]);
           break;
         case kMillis: {
           const int64_t value = segment.values[row];
+          if (value < 0 || value > 999) {
+            throw std::runtime_error("a column changed while its rows were written");
+          }
+          room_for(3);
           out[0] = static_cast<char>('0' + value / 100);
           out[1] = static_cast<char>('0' + value / 10 % 10);
           out[2] = static_cast<char>('0' + value % 10);
@@ -176,12 +200,20 @@ void write_rows(const std::vector<Segment>& segments, size_t count, char* out) {
           break;
         }
         default: {
-          const std::string& text = segment.table[static_cast<size_t>(segment.values[row])];
-          std::memcpy(out, text.data(), text.size());
-          out += text.size();
+          const int64_t index = segment.values[row];
+          if (index < 0 || static_cast<size_t>(index) >= segment.table.size()) {
+            throw std::runtime_error("a column changed while its rows were written");
+          }
+          const Text& text = segment.table[static_cast<size_t>(index)];
+          room_for(text.size);
+          std::memcpy(out, text.data, text.size);
+          out += text.size;
         }
       }
     }
+  }
+  if (out != end) {
+    throw std::runtime_error("a column changed while its rows were written");
   }
 }
 
@@ -200,7 +232,7 @@ py::bytes format_rows(size_t count, const py::list& segments) {
   py::bytes result = py::reinterpret_steal<py::bytes>(text);
   {
     py::gil_scoped_release unlocked;  // nothing else sees the new bytes object yet
-    write_rows(parsed, count, PyBytes_AS_STRING(text));
+    write_rows(parsed, count, PyBytes_AS_STRING(text), PyBytes_AS_STRING(text) + total);
   }
   return result;
 }

@@ -168,7 +168,9 @@ void fill(const py::object& result, const std::string& field, const py::object& 
   const Rows picked(rows, events.size());
   int64_t* values = writable<int64_t>(out, picked.count, "out");
   const Field& read = found->second;
-  py::gil_scoped_release unlocked;  // torch's result is immutable once the collector stopped
+  // Nothing changes the events while this reads them: release() empties only a result nothing
+  // else refers to, and release_trace() touches only the Kineto trace.
+  py::gil_scoped_release unlocked;
   for (size_t i = 0; i < picked.count; ++i) {
     values[i] = read(events[picked.at(i)]);
   }
@@ -281,8 +283,9 @@ bool can_release() {
 }
 
 #ifdef POLYPROF_HAS_result_members
-// Serialises the moves out of one result (release_trace() may run while release() starts).
-std::mutex& moves() {
+// Orders the moves out of results: polyprof's Python side already waits for release_trace()'s
+// thread before release(), and this keeps two moves from ever interleaving regardless.
+std::mutex& member_moves_mutex() {
   static std::mutex lock;
   return lock;
 }
@@ -300,7 +303,7 @@ void release(const py::object& result) {
   // type (this header only declares it), frees it at the end of this scope, before the GIL is
   // taken back. const_cast: the members are not const, only the accessors' views of them.
   ProfilerResult sink;
-  std::lock_guard<std::mutex> moving(moves());
+  std::lock_guard<std::mutex> moving(member_moves_mutex());
   const_cast<std::vector<KinetoEvent>&>(sink.events())
       .swap(const_cast<std::vector<KinetoEvent>&>(held->events()));
   using Tree = std::vector<torch::autograd::profiler::experimental_event_t>;
@@ -321,7 +324,7 @@ void release_trace(const py::object& result) {
   ProfilerResult* held = result.cast<ProfilerResult*>();
   py::gil_scoped_release unlocked;
   ProfilerResult sink;
-  std::lock_guard<std::mutex> moving(moves());
+  std::lock_guard<std::mutex> moving(member_moves_mutex());
   (sink.*member_of(TraceMember())).swap(held->*member_of(TraceMember()));
 #else
   (void)result;

@@ -280,6 +280,7 @@ def test_end_to_end_device_columns_for_the_op_that_launched(tmp_path, monkeypatc
     args_decoded = []
     real_args = torch_cpu._trace_args_column
     monkeypatch.setattr(torch_cpu, "_trace_args_column", lambda *a: args_decoded.append(1) or real_args(*a))
+    monkeypatch.setattr(torch_cpu, "EAGER_DECODE_EVENTS", 0)  # a large profile's deferral, on a small one
     pm = make_plugin_manager_for_tests(("fake_cuda", DevicePlugin()), builtins=True)
     with profile(
         activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], plugin_manager=pm, record_shapes=True

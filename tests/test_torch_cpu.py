@@ -186,3 +186,28 @@ def test_rerooted_python_frames_are_written_as_torch_writes_a_root_frame() -> No
         assert written[indices[1]] == '"Python id": 13, "Ev Idx": 72'
     else:
         assert written[indices[1]] == '"Python parent id": null, "Python id": 13, "Ev Idx": 72'
+
+
+@pytest.mark.parametrize("eager_limit", [0, 10**9], ids=["deferred", "small-profile"])
+def test_small_profiles_decode_every_column_at_the_exit(
+    eager_limit: int, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """Up to EAGER_DECODE_EVENTS events the deferred columns are read at the exit, so the first
+    export finds them decoded (and torch's result already let go of); above it they wait for it."""
+    torch = pytest.importorskip("torch")
+    from polyprof import profile
+    from polyprof_builtins import torch_cpu
+
+    decodes: list[str] = []
+    real = torch_cpu._DeferredDecoder._decode_all
+    monkeypatch.setattr(
+        torch_cpu._DeferredDecoder, "_decode_all", lambda self: decodes.append("decoded") or real(self)
+    )
+    monkeypatch.setattr(torch_cpu, "EAGER_DECODE_EVENTS", eager_limit)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.ones(3).add_(1).mul_(2)
+    prof.key_averages().table()
+    at_exit = list(decodes)
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    assert at_exit == ([] if eager_limit == 0 else ["decoded"])
+    assert decodes == ["decoded"]  # once either way

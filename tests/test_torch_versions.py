@@ -276,7 +276,9 @@ class _FakeResult:
         Path(path).write_text(json.dumps({"baseTimeNanoseconds": 0, "traceEvents": self._trace_events}))
 
 
-def test_an_undecodable_stack_is_replaced_and_noted_not_fatal() -> None:
+def test_an_undecodable_stack_is_replaced_and_noted_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the fake has only what the decode at exit reads: its deferred columns must stay deferred
+    monkeypatch.setattr(torch_cpu, "EAGER_DECODE_EVENTS", 0)
     result = _FakeResult([_FakeEvent("aten::add", 100), _FakeEvent("aten::mul", 120, stack_ok=False)])
     config = ProfileConfig(activities={PA.CPU}, with_stack=True)
     batch, facts = torch_cpu.decode_result(result, config, pid=1)
@@ -326,7 +328,8 @@ def test_python_functions_only_torchs_writer_has_become_trace_only_rows() -> Non
     assert dict(batch.values("args")[1]) == {"Python parent id": 1, "Python id": 2, "Ev Idx": 12}
 
 
-def test_trace_only_rows_stay_out_of_the_tree_and_tables() -> None:
+def test_trace_only_rows_stay_out_of_the_tree_and_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch_cpu, "EAGER_DECODE_EVENTS", 0)  # the fake has no deferred accessors
     config = ProfileConfig(activities={PA.CPU}, with_stack=True)
     batch, _ = torch_cpu.decode_result(_FakeResult([_FakeEvent("aten::add", 100)]), config, pid=1)
     python = EventBatch.build(
@@ -402,7 +405,8 @@ def test_frames_of_a_thread_torch_never_saw_run_are_placed_as_torchs(tmp_path: P
     assert unseen_lane_metadata(docs["ours"]) == unseen_lane_metadata(docs["torch"])
     assert attrs["ours"] == attrs["torch"]
     ours_roots = [
-        e for e in docs["ours"]["traceEvents"]
+        e
+        for e in docs["ours"]["traceEvents"]
         if e.get("cat") == "python_function" and e["tid"] == 0 and e["name"].endswith(": _bootstrap")
     ]
     # a root frame: "Python parent id" null (2.15+: no such key), not the id of a frame left out

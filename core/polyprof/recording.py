@@ -36,6 +36,7 @@ from typing import Any
 
 from polyprof._log import get_logger
 from polyprof.errors import PolyprofError, ProfilerDisabledError
+from polyprof.exporting import export_trace  # at import: the first export should not pay for it
 
 log = get_logger(__name__)
 
@@ -243,8 +244,6 @@ class Recording:
         After ``close()`` the exporter is made for this one export and shut down
         after it, since nothing else would.
         """
-        from polyprof.exporting import export_trace
-
         session = self._session
         if session is None:
             raise RuntimeError("nothing to export: this profile has not recorded yet")

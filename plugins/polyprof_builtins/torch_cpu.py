@@ -411,10 +411,15 @@ class _DeferredDecoder:
         )
 
     def _get(self, field: str) -> tuple[np.ndarray, tuple | None]:
+        self.decode_now()
+        assert self._columns is not None
+        return self._columns[field]
+
+    def decode_now(self) -> None:
+        """Decode every deferred column now (once), and let go of torch's result."""
         with self._lock:
             if self._columns is None:
                 self._columns = self._decode_all()
-            return self._columns[field]
 
     def _decode_all(self) -> dict[str, tuple[np.ndarray, tuple | None]]:
         rows, self._rows = self._rows, None
@@ -663,6 +668,13 @@ def _stacks(events: list[Any], notes: list[str]) -> list[tuple[str, ...]]:
     return stacks
 
 
+#: Up to this many events the deferred columns are decoded at the exit too, and torch's result is
+#: let go of there: deferring them saves the table little on a small profile (about 0.2 ms at 2,500
+#: events), while the first export would pay for the decode and the result's free (2.5 ms of a conv
+#: net's 5 ms fresh export, against 2.3 ms once decoded).
+EAGER_DECODE_EVENTS = 20_000
+
+
 def _kineto_args_wanted(config: ProfileConfig) -> bool:
     """Whether the trace carries Kineto's args: torch writes them only under these flags."""
     return bool(
@@ -811,6 +823,8 @@ def _decode_now(
     facts = {"start_ns": int(result.trace_start_ns()), "notes": notes}
     if trace_only is not None and len(trace_only):
         batch = concat([batch, trace_only])
+    if n <= EAGER_DECODE_EVENTS:
+        deferred.decode_now()
     if trace_freed:
         # The table's arrays then reuse the freed heap instead of adding to the peak (1M events:
         # 1.93 GB, against 2.07 GB when the free ran beside the table), and the table runs without

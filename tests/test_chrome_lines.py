@@ -145,7 +145,10 @@ def test_strided_columns_are_refused(format_rows: Any) -> None:
     rows=event_rows(),
     chunk_events=st.integers(1, 8),
     stacks=st.lists(st.sampled_from([(), ("a.py(1): f",), ("b.py(2): g", "é.py(3): h")]), max_size=25),
-    flows=st.lists(st.tuples(st.integers(0, 24), st.integers(1, 2**40), st.booleans()), max_size=6),
+    flows=st.lists(
+        st.tuples(st.integers(0, 24), st.integers(1, 2**40), st.booleans(), st.sampled_from([1, 2])),
+        max_size=6,
+    ),
     overloads=st.lists(st.sampled_from(["", "Tensor", "out"]), max_size=25),
     layout=st.sampled_from(sorted(LAYOUTS)),
 )
@@ -154,16 +157,16 @@ def test_compiled_lines_are_the_f_strings_lines(
     rows: list[dict[str, Any]],
     chunk_events: int,
     stacks: list[tuple[str, ...]],
-    flows: list[tuple[int, int, bool]],
+    flows: list[tuple[int, int, bool, int]],
     overloads: list[str],
     layout: str,
 ) -> None:
     for row, stack, overload in zip(rows, stacks, overloads):
         if row["kind"] in (int(EventKind.CPU_OP), int(EventKind.USER_ANNOTATION)):
             row.update(stack=stack, overload=overload)
-    for at, flow_id, starts in flows:
+    for at, flow_id, starts, flow_type in flows:  # fwdbwd (1) and ac2g (2)
         if at < len(rows) and row_takes_flow(rows[at]):
-            rows[at].update(flow_id=flow_id, flow_type=1, flow_start=starts)
+            rows[at].update(flow_id=flow_id, flow_type=flow_type, flow_start=starts)
     trace = make_trace(batch_from_rows(rows))
     expected = rendered(trace, None, chunk_events, LAYOUTS[layout])
     assert rendered(trace, format_rows, chunk_events, LAYOUTS[layout]) == expected

@@ -432,7 +432,14 @@ def test_a_process_that_exits_right_after_exporting_frees_the_result_cleanly(tmp
     """The freeing thread is not a daemon: the interpreter waits for it before tearing torch down."""
     script = (
         "import torch\n"
-        "from polyprof import profile, ProfilerActivity\n"
+        "from polyprof import profile, ProfilerActivity, result_rows\n"
+        "from polyprof_builtins import torch_cpu\n"
+        "torch_cpu.EAGER_DECODE_EVENTS = 0  # deferred: the export's decode frees the result\n"
+        "release = result_rows._release\n"
+        "def spy(reader, result):\n"
+        "    print('freed on', __import__('threading').current_thread().name, flush=True)\n"
+        "    release(reader, result)\n"
+        "result_rows._release = spy\n"
         "a = torch.ones(1)\n"
         "with profile(activities=[ProfilerActivity.CPU]) as prof:\n"
         "    for _ in range(5000):\n"
@@ -441,6 +448,8 @@ def test_a_process_that_exits_right_after_exporting_frees_the_result_cleanly(tmp
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    if HAS_COMPILER and native_reader.mode() != "python":
+        assert f"freed on {result_rows.RESULT_RELEASE}" in done.stdout
     with open(tmp_path / "trace.json", encoding="utf-8") as trace:
         events = json.load(trace)["traceEvents"]
     assert sum(1 for e in events if e.get("name") == "aten::add") == 5000

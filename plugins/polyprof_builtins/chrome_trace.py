@@ -695,6 +695,9 @@ class _ChunkFields:
 
 #: The compiled formatter's segment kinds (native/chrome_lines.cpp).
 _LITERAL, _INTEGER, _MILLIS, _TABLE = 0, 1, 2, 3
+#: Kineto's flow types, sorted, and their category (and name) as the formatter's table.
+_FLOW_TYPES = sorted(FLOW_CATEGORY_BY_TYPE)
+_FLOW_NAMES = [FLOW_CATEGORY_BY_TYPE[flow_type].encode() for flow_type in _FLOW_TYPES]
 
 
 def _line_formatter() -> Any:
@@ -1016,13 +1019,12 @@ class _EventText:
         has_flow = np.zeros(count, dtype=bool)
         has_flow[rows] = True
         finishes = np.zeros(count, dtype=bool)
-        finishes[rows] = ~self.flow_start[first:last].astype(bool)
+        finishes[rows] = self.flow_start[first:last] == 0
         flow_id = np.zeros(count, dtype=np.int64)
         flow_id[rows] = self.flow_id[first:last]
-        types = sorted(FLOW_CATEGORY_BY_TYPE)
         category = np.zeros(count, dtype=np.int64)
-        category[rows] = np.searchsorted(types, self.flow_type[first:last])
-        names = [FLOW_CATEGORY_BY_TYPE[t].encode() for t in types]  # known types only: see __init__
+        category[rows] = np.searchsorted(_FLOW_TYPES, self.flow_type[first:last])  # known types only
+        names = _FLOW_NAMES
         return [
             (_LITERAL, b',\n  {"ph": "', None, has_flow),
             (_TABLE, finishes.astype(np.int64), [b"s", b"f"], has_flow),

@@ -415,18 +415,19 @@ class _DeferredDecoder:
         assert self._columns is not None
         return self._columns[field]
 
-    def decode_now(self) -> None:
+    def decode_now(self, *, at_exit: bool = False) -> None:
         """Decode every deferred column now (once), and let go of torch's result."""
         with self._lock:
             if self._columns is None:
-                self._columns = self._decode_all()
+                self._columns = self._decode_all(at_exit=at_exit)
 
-    def _decode_all(self) -> dict[str, tuple[np.ndarray, tuple | None]]:
-        rows, self._rows = self._rows, None
+    def _decode_all(self, *, at_exit: bool = False) -> dict[str, tuple[np.ndarray, tuple | None]]:
+        rows = self._rows
         assert rows is not None
-        columns = self._read(rows)
-        self._saved = None
-        if not rows.close():  # freed now, through Python
+        columns = self._read(rows)  # on failure the rows stay, for the next attempt
+        self._rows = self._saved = None
+        # At the exit the decode's callers still hold torch's result: it is freed as they let go.
+        if not rows.close() and not at_exit:  # freed now, through Python
             release_free_heap_in_background()
         return columns
 
@@ -668,11 +669,21 @@ def _stacks(events: list[Any], notes: list[str]) -> list[tuple[str, ...]]:
     return stacks
 
 
-#: Up to this many events the deferred columns are decoded at the exit too, and torch's result is
-#: let go of there: deferring them saves the table little on a small profile (about 0.2 ms at 2,500
-#: events), while the first export would pay for the decode and the result's free (2.5 ms of a conv
-#: net's 5 ms fresh export, against 2.3 ms once decoded).
-EAGER_DECODE_EVENTS = 20_000
+#: Up to this many events, and where they are cheap (torch 2.13+ without Kineto's args, whose
+#: text or torch's own writer the other cases read), the deferred columns are decoded at the exit
+#: too: deferring them saves the table little on a small profile (about 0.2 ms at 2,500 events),
+#: while the first export paid for the decode and the result's free (2.5 ms of a conv net's 5 ms
+#: fresh export, against 2.3 ms once decoded). torch's result is then freed at the exit, through
+#: Python, as the decode's callers let go of it (about 0.5 us per event).
+EAGER_DECODE_EVENTS = 5_000
+
+
+def _decode_deferred_at_exit(deferred: _DeferredDecoder) -> None:
+    """Decode the deferred columns now; should that fail, they wait for an export, as usual."""
+    try:
+        deferred.decode_now(at_exit=True)
+    except Exception as exc:  # noqa: BLE001 - the table must not depend on trace-only columns
+        log.warning("deferred_decode_at_exit_failed", reason=repr(exc))
 
 
 def _kineto_args_wanted(config: ProfileConfig) -> bool:
@@ -823,8 +834,8 @@ def _decode_now(
     facts = {"start_ns": int(result.trace_start_ns()), "notes": notes}
     if trace_only is not None and len(trace_only):
         batch = concat([batch, trace_only])
-    if n <= EAGER_DECODE_EVENTS:
-        deferred.decode_now()
+    if n <= EAGER_DECODE_EVENTS and not with_args and saved is None and features.has_accessor("flow_id"):
+        _decode_deferred_at_exit(deferred)
     if trace_freed:
         # The table's arrays then reuse the freed heap instead of adding to the peak (1M events:
         # 1.93 GB, against 2.07 GB when the free ran beside the table), and the table runs without

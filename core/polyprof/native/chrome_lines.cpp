@@ -46,7 +46,7 @@ struct Text {
 struct Segment {
   int kind = kLiteral;
   std::string literal;
-  py::object table_holder;  // the list of bytes the views point into
+  py::object table_holder;  // the tuple of bytes the views point into
   std::vector<Text> table;
   const int64_t* values = nullptr;
   const uint8_t* mask = nullptr;
@@ -108,7 +108,7 @@ std::vector<Segment> parse(const py::list& segments, size_t count) {
       segment.values_view = std::make_unique<py::buffer_info>(py::buffer(spec[1]).request());
       segment.values = column_of<int64_t>(*segment.values_view, count, "a segment's values", true);
       if (segment.kind == kTable) {
-        segment.table_holder = py::list(spec[2]);  // a list of its own: no one else can change it
+        segment.table_holder = py::tuple(spec[2]);  // a copy, which no one else can change
         for (const py::handle& text : segment.table_holder) {
           if (!PyBytes_Check(text.ptr())) {
             throw std::invalid_argument("a table holds bytes only");
@@ -183,10 +183,12 @@ void write_rows(const std::vector<Segment>& segments, size_t count, char* out, c
           std::memcpy(out, segment.literal.data(), segment.literal.size());
           out += segment.literal.size();
           break;
-        case kInteger:
-          room_for(integer_length(segment.values[row]));
-          out = write_integer(out, segment.values[row]);
+        case kInteger: {
+          const int64_t value = segment.values[row];  // read once: measured and written alike
+          room_for(integer_length(value));
+          out = write_integer(out, value);
           break;
+        }
         case kMillis: {
           const int64_t value = segment.values[row];
           if (value < 0 || value > 999) {

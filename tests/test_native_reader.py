@@ -487,3 +487,24 @@ def test_the_cli_reports_the_reader(
     assert main(["kineto-reader"]) == 0
     out = capsys.readouterr().out
     assert "POLYPROF_KINETO_READER=python" in out and "cache" in out
+
+
+def test_a_built_module_that_does_not_load_is_tried_once_by_the_export(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    attempts: list[Path] = []
+
+    def broken(folder: Path) -> Any:
+        attempts.append(folder)
+        raise ImportError("undefined symbol: _ZN5torch8autograd8profiler")
+
+    monkeypatch.setenv(native_reader.MODE_VARIABLE, "auto")
+    monkeypatch.setattr(native_reader, "_loaded", {})
+    monkeypatch.setattr(native_reader, "_not_loadable", set())
+    monkeypatch.setattr(native_reader, "_load", broken)
+    monkeypatch.setattr(
+        native_reader.BuildState, "of", classmethod(lambda cls, spec: cls(spec.folder(), True, None))
+    )
+    assert native_reader.built_module() is None
+    assert native_reader.built_module() is None
+    assert len(attempts) == 1

@@ -232,6 +232,8 @@ def _module_file(folder: Path) -> Path | None:
 _loaded: dict[str, ModuleType] = {}
 _load_lock = threading.Lock()
 _background_started: set[str] = set()
+#: Built modules that would not load in this process (logged once): the export stops asking.
+_not_loadable: set[str] = set()
 
 
 def _load(folder: Path) -> ModuleType:
@@ -412,12 +414,16 @@ def built_module() -> ModuleType | None:
     with _load_lock:
         if spec.key in _loaded:
             return _loaded[spec.key]
+        if spec.key in _not_loadable:
+            return None  # tried and logged once in this process
         state = BuildState.of(spec)
         if not state.built:
             return None
-        with contextlib.suppress(ImportError):
+        try:
             return _load_built(spec, state)
-        return None
+        except ImportError:
+            _not_loadable.add(spec.key)
+            return None
 
 
 def _load_built(spec: BuildSpec, state: BuildState) -> ModuleType:

@@ -727,6 +727,29 @@ def _table_index(index: np.ndarray, size: int) -> np.ndarray:
     return np.where(index < 0, index + size, index)
 
 
+def _microseconds_segments(
+    key: bytes, us: np.ndarray, ns: np.ndarray, mask: np.ndarray
+) -> list[tuple[int, Any, Any, Any]]:
+    """``<key><us>.<ns, three digits>`` in the rows of ``mask``: how every ``ts`` and ``dur`` is written."""
+    return [
+        (_LITERAL, key, None, mask),
+        (_INTEGER, _int64(us), None, mask),
+        (_LITERAL, b".", None, mask),
+        (_MILLIS, _int64(ns), None, mask),
+    ]
+
+
+def _lane_and_time_segments(fields: _ChunkFields, mask: np.ndarray) -> list[tuple[int, Any, Any, Any]]:
+    """``, "pid": <pid>, "tid": <tid>, "ts": <ts>`` in the rows of ``mask``, as slices and flows have it."""
+    return [
+        (_LITERAL, b', "pid": ', None, mask),
+        (_INTEGER, _int64(fields.pid), None, mask),
+        (_LITERAL, b', "tid": ', None, mask),
+        (_INTEGER, _int64(fields.tid), None, mask),
+        *_microseconds_segments(b', "ts": ', fields.ts_us, fields.ts_ns, mask),
+    ]
+
+
 def _positions(rows: np.ndarray, count: int) -> np.ndarray:
     """A column of ``count`` rows holding, at ``rows[k]``, ``k``: row k of a table built for ``rows``."""
     positions = np.zeros(count, dtype=np.int64)
@@ -967,18 +990,8 @@ class _EventText:
         segments: list[tuple[int, Any, Any, Any]] = [
             (_TABLE, _table_index(fields.category, len(prefixes)), prefixes, standard_ops),
             (_TABLE, _table_index(fields.name, len(names)), names, standard_ops),
-            (_LITERAL, b', "pid": ', None, standard_ops),
-            (_INTEGER, _int64(fields.pid), None, standard_ops),
-            (_LITERAL, b', "tid": ', None, standard_ops),
-            (_INTEGER, _int64(fields.tid), None, standard_ops),
-            (_LITERAL, b', "ts": ', None, standard_ops),
-            (_INTEGER, _int64(fields.ts_us), None, standard_ops),
-            (_LITERAL, b".", None, standard_ops),
-            (_MILLIS, _int64(fields.ts_ns), None, standard_ops),
-            (_LITERAL, b', "dur": ', None, standard_ops),
-            (_INTEGER, _int64(fields.dur_us), None, standard_ops),
-            (_LITERAL, b".", None, standard_ops),
-            (_MILLIS, _int64(fields.dur_ns), None, standard_ops),
+            *_lane_and_time_segments(fields, standard_ops),
+            *_microseconds_segments(b', "dur": ', fields.dur_us, fields.dur_ns, standard_ops),
             (_LITERAL, _EXTERNAL_ID_HEAD.encode(), None, has_ext),
             (_INTEGER, correlation, None, has_ext),
             (_LITERAL, _OP_ARGS_TAIL.encode(), None, has_ext),
@@ -1030,14 +1043,7 @@ class _EventText:
             (_TABLE, finishes.astype(np.int64), [b"s", b"f"], has_flow),
             (_LITERAL, b'", "id": ', None, has_flow),
             (_INTEGER, flow_id, None, has_flow),
-            (_LITERAL, b', "pid": ', None, has_flow),
-            (_INTEGER, _int64(fields.pid), None, has_flow),
-            (_LITERAL, b', "tid": ', None, has_flow),
-            (_INTEGER, _int64(fields.tid), None, has_flow),
-            (_LITERAL, b', "ts": ', None, has_flow),
-            (_INTEGER, _int64(fields.ts_us), None, has_flow),
-            (_LITERAL, b".", None, has_flow),
-            (_MILLIS, _int64(fields.ts_ns), None, has_flow),
+            *_lane_and_time_segments(fields, has_flow),
             (_LITERAL, b', "cat": "', None, has_flow),
             (_TABLE, category, names, has_flow),
             (_LITERAL, b'", "name": "', None, has_flow),

@@ -291,24 +291,33 @@ std::mutex& member_moves_mutex() {
 }
 #endif
 
+#ifdef POLYPROF_HAS_result_members
+// Moves what release() and release_trace() free out of ``result`` into an empty result, whose
+// destructor is torch's own (it knows the Kineto trace's type, which this header only declares),
+// and frees it with the GIL released. const_cast: the members are not const, only the accessors'
+// views of them.
+void free_without_gil(const py::object& result, bool everything) {
+  ProfilerResult* held = result.cast<ProfilerResult*>();
+  py::gil_scoped_release unlocked;
+  ProfilerResult sink;  // destroyed before the GIL is taken back
+  std::lock_guard<std::mutex> moving(member_moves_mutex());
+  if (everything) {
+    const_cast<std::vector<KinetoEvent>&>(sink.events())
+        .swap(const_cast<std::vector<KinetoEvent>&>(held->events()));
+    using Tree = std::vector<torch::autograd::profiler::experimental_event_t>;
+    const_cast<Tree&>(sink.event_tree()).swap(const_cast<Tree&>(held->event_tree()));
+  }
+  (sink.*member_of(TraceMember())).swap(held->*member_of(TraceMember()));
+}
+#endif
+
 // Frees what torch's result holds (its events, its event tree and its Kineto trace) without the
 // GIL, so a Python thread can free it beside other work. The result is left empty: call this only
 // on a result nothing else refers to. Deallocating it through Python holds the GIL throughout,
 // about 0.5 us per event.
 void release(const py::object& result) {
 #ifdef POLYPROF_HAS_result_members
-  ProfilerResult* held = result.cast<ProfilerResult*>();
-  py::gil_scoped_release unlocked;
-  // An empty result takes everything over; torch's own destructor, which knows the Kineto trace's
-  // type (this header only declares it), frees it at the end of this scope, before the GIL is
-  // taken back. const_cast: the members are not const, only the accessors' views of them.
-  ProfilerResult sink;
-  std::lock_guard<std::mutex> moving(member_moves_mutex());
-  const_cast<std::vector<KinetoEvent>&>(sink.events())
-      .swap(const_cast<std::vector<KinetoEvent>&>(held->events()));
-  using Tree = std::vector<torch::autograd::profiler::experimental_event_t>;
-  const_cast<Tree&>(sink.event_tree()).swap(const_cast<Tree&>(held->event_tree()));
-  (sink.*member_of(TraceMember())).swap(held->*member_of(TraceMember()));
+  free_without_gil(result, /*everything=*/true);
 #else
   (void)result;
   throw std::logic_error("this build cannot release torch's result (its members were not found)");
@@ -321,11 +330,7 @@ void release(const py::object& result) {
 // save() and trace_activities(), must not be called afterwards.
 void release_trace(const py::object& result) {
 #ifdef POLYPROF_HAS_result_members
-  ProfilerResult* held = result.cast<ProfilerResult*>();
-  py::gil_scoped_release unlocked;
-  ProfilerResult sink;
-  std::lock_guard<std::mutex> moving(member_moves_mutex());
-  (sink.*member_of(TraceMember())).swap(held->*member_of(TraceMember()));
+  free_without_gil(result, /*everything=*/false);
 #else
   (void)result;
   throw std::logic_error("this build cannot release torch's Kineto trace (its members were not found)");

@@ -5,9 +5,11 @@
 # whole-suite run. See docs/torch-versions.md.
 #   POLYPROF_TEST_TORCH_VERSIONS  extra versions for the subset (default "2.6.0 2.15.0"; "" skips)
 #   POLYPROF_TEST_CLEAN_VENVS=1   remove their venvs (.venvs/torch-VERSION, ~5 GB each) after their
-#                                 run; by default they stay for the next run, which then needs no
-#                                 download (removing one took 4 s on an idle 2-core machine, 130 to
-#                                 150 s on a loaded one)
+#                                 run; the default where CI is set (a clean clone reuses nothing, and
+#                                 one CI run ran out of disk with two on it). Elsewhere they stay for
+#                                 the next run, which then needs no download, unless the next install
+#                                 would not fit (scripts/torch_matrix.py). Removing one took 4 s on an
+#                                 idle 2-core machine, 130 to 150 s on a loaded one.
 source "$(dirname "${BASH_SOURCE[0]}")/_setup_env.sh"
 cd "$ROOT"
 # The GPU plugins, installed separately as users install them; on torch's CPU build they report
@@ -35,7 +37,7 @@ RESULTS="$ROOT/torch-matrix-results/test-sh"
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
 CLEAN=
-[ "${POLYPROF_TEST_CLEAN_VENVS:-}" = 1 ] && CLEAN=--clean
+[ "${POLYPROF_TEST_CLEAN_VENVS:-${CI:+1}}" = 1 ] && CLEAN=--clean
 started=$SECONDS
 runs=()
 set +e

@@ -9,8 +9,9 @@ For each version, in turn: a venv at .venvs/torch-VERSION (made, or reused), ``t
 polyprof (editable, with the test extras) installed into it, the subset run, one result line
 printed and ``DIR/torch-VERSION.json`` (plus the junit XML) written. One version's failure never
 stops the loop; the exit status is 1 when any version did not pass. ``--clean`` removes each venv
-after its run (a CUDA build of torch takes about 5 GB). Only the standard library is used: it runs
-before any venv exists. Usage and results: docs/torch-versions.md.
+after its run (a CUDA build of torch takes about 5 GB); without it a venv is still removed when
+the disk has less free space than the next install needs (``INSTALL_NEEDS_BYTES``). Only the
+standard library is used: it runs before any venv exists. Usage and results: docs/torch-versions.md.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ PIP_NOISE_RE = re.compile(r"^WARNING: Location 'file://.*' is ignored")
 PIP_SHOWN_RE = re.compile(
     r"^\s*(Downloading|Installing collected|Successfully installed)|error|warning", re.IGNORECASE
 )
+#: Free space one CUDA build of torch needs while it installs: its wheels unpack beside the 5 to
+#: 6 GB they install to (torch 2.15.0 with its nvidia packages). A CI run once ran out of disk
+#: installing 2.15.0 with 2.6.0's venv still on it.
+INSTALL_NEEDS_BYTES = 12 * 2**30
 #: What the venv reports about itself, printed as one JSON line.
 PROBE = """
 import json, sys
@@ -158,8 +163,20 @@ def usable_python(venv: Path) -> bool:
     return subprocess.run([str(python), "-c", "pass"], check=False, capture_output=True).returncode == 0
 
 
-def run_version(version: str, args: argparse.Namespace, pytest_args: list[str]) -> dict:
-    """Set up, test and (with --clean) remove one version; never raises for the version's own failures."""
+def free_bytes(path: Path) -> int:
+    """Free space on the filesystem that holds ``path`` (or its nearest existing parent)."""
+    while not path.exists():
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def run_version(version: str, args: argparse.Namespace, pytest_args: list[str], *, last: bool = True) -> dict:
+    """Set up, test and remove one version (with --clean, or when the next install would not fit);
+    never raises for the version's own failures."""
     venv = args.venvs / f"torch-{version}"
     python = venv / "bin" / "python"
     results: Path = args.results
@@ -185,7 +202,11 @@ def run_version(version: str, args: argparse.Namespace, pytest_args: list[str]) 
                 return record
 
         record["phase"] = "install"
-        say(f"installing torch=={version} and polyprof[test] (a CUDA build is 3-5 GB; minutes)")
+        record["disk_free_before_install"] = gib(free_bytes(venv))
+        say(
+            f"installing torch=={version} and polyprof[test] (a CUDA build is 3-5 GB; minutes; "
+            f"{record['disk_free_before_install']} free)"
+        )
         started = time.monotonic()
         code, tail = run_streaming(
             [
@@ -207,7 +228,14 @@ def run_version(version: str, args: argparse.Namespace, pytest_args: list[str]) 
         record["install_s"] = round(time.monotonic() - started, 1)
         if code != 0:
             why = f"timed out after {args.install_timeout:.0f} s" if code is None else f"exit code {code}"
-            record["detail"] = f"pip install torch=={version} failed ({why}): " + "\n".join(tail[-20:])
+            detail = f"pip install torch=={version} failed ({why}): "
+            if any("No space left on device" in line for line in tail):
+                detail = (
+                    f"pip install torch=={version} ran out of disk ({gib(free_bytes(venv))} free now, "
+                    f"{record['disk_free_before_install']} before; it needs about "
+                    f"{gib(INSTALL_NEEDS_BYTES)}): "
+                )
+            record["detail"] = detail + "\n".join(tail[-20:])
             return record
 
         record["phase"] = "import"
@@ -264,7 +292,13 @@ def run_version(version: str, args: argparse.Namespace, pytest_args: list[str]) 
         record["detail"] = f"{type(exc).__name__}: {exc}"
         return record
     finally:
-        if args.clean:
+        short_of_disk = not last and free_bytes(venv) < INSTALL_NEEDS_BYTES
+        if args.clean or short_of_disk:
+            if short_of_disk and not args.clean:
+                say(
+                    f"removing {venv}: {gib(free_bytes(venv))} free, the next install needs about "
+                    f"{gib(INSTALL_NEEDS_BYTES)}"
+                )
             started = time.monotonic()
             shutil.rmtree(venv, ignore_errors=True)
             record["venv_removed"] = not venv.exists()
@@ -392,8 +426,8 @@ def main(argv: list[str]) -> int:
     args.results = args.results.resolve()
     paths = []
     started = time.monotonic()
-    for version in args.versions:
-        record = run_version(version, args, pytest_args)
+    for index, version in enumerate(args.versions):
+        record = run_version(version, args, pytest_args, last=index == len(args.versions) - 1)
         say(result_line(record))
         paths.append(args.results / f"torch-{version}.json")
     say("\n=== torch matrix ===")

@@ -145,3 +145,40 @@ def test_rejects_what_is_not_a_version(capsys):
         matrix.main(["2.6.0", "latest"])
     assert exc.value.code == 2
     assert "not a torch version: latest" in capsys.readouterr().err
+
+
+def test_a_venv_is_removed_when_the_next_install_would_not_fit(tmp_path: Path, monkeypatch, capsys):
+    """Without --clean, a venv goes when another version follows and the disk is short; the last stays.
+    An install that runs out of disk says so with the free space (a stand-in pip prints pip's error)."""
+    fake_python = tmp_path / "make_venv"
+    fake_python.write_text(
+        textwrap.dedent(
+            """\
+            #!/bin/sh
+            # "-m venv DIR": a venv whose python answers "-c pass" and whose pip runs out of disk
+            mkdir -p "$3/bin"
+            printf '#!/bin/sh\\n[ "$1" = -c ] && exit 0\\n'\\
+            'echo "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device"'\\
+            '\\nexit 1\\n' > "$3/bin/python"
+            chmod +x "$3/bin/python"
+            """
+        )
+    )
+    fake_python.chmod(0o755)
+    monkeypatch.setattr(matrix, "free_bytes", lambda path: 3 * 2**30)
+    venvs, results = tmp_path / "venvs", tmp_path / "results"
+    argv = ["--python", str(fake_python), "--venvs", str(venvs), "--results", str(results)]
+    assert matrix.main([*argv, "2.6.0", "2.15.0"]) == 1
+    assert not (venvs / "torch-2.6.0").exists()
+    assert (venvs / "torch-2.15.0" / "bin" / "python").exists()
+    first = json.loads((results / "torch-2.6.0.json").read_text())
+    assert (first["phase"], first["venv_removed"], first["disk_free_before_install"]) == (
+        "install",
+        True,
+        "3.0 GiB",
+    )
+    assert first["detail"].startswith(
+        "pip install torch==2.6.0 ran out of disk (3.0 GiB free now, 3.0 GiB before; it needs about 12.0 GiB)"
+    )
+    assert "venv_removed" not in json.loads((results / "torch-2.15.0.json").read_text())
+    assert f"removing {venvs / 'torch-2.6.0'}: 3.0 GiB free" in capsys.readouterr().out

@@ -234,5 +234,5 @@ def test_from_json_reads_back_what_build_result_wrote(bench: ModuleType, tmp_pat
     path.write_text(json.dumps(bench.build_result({"commit": "abc"}, runs, {}, {}, [], {"size": 1})))
     assert bench.read_result(str(path)) == ({"commit": "abc"}, runs, {"size": 1})
     path.write_text(json.dumps({"schema": "something else"}))
-    with pytest.raises(SystemExit, match="is not a polyprof-bench-postprocessing/1 result"):
+    with pytest.raises(SystemExit, match="is not a polyprof-bench-postprocessing/2 result"):
         bench.read_result(str(path))

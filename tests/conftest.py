@@ -35,6 +35,7 @@ TORCH_ORACLE_FILES = (
     "test_torch_result.py",
     "test_native_reader.py",
     "test_chrome_lines.py",
+    "test_distributed_ranks.py",
     "test_*version*.py",
 )
 

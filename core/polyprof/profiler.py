@@ -46,6 +46,7 @@ from polyprof.config import (
     config_flag,
     truth_flag,
 )
+from polyprof.distributed import default_worker_name, distributed_info
 from polyprof.errors import PolyprofError, PolyprofWarning
 from polyprof.record import record_function
 from polyprof.recording import Recording
@@ -532,11 +533,22 @@ class profile:  # noqa: N801 - torch's name
         for flag in CONFIG_FLAG_KEYS:
             if getattr(self, flag):
                 self._cycle_metadata[flag] = "1"
-        dist_info = _distributed_info()
-        if dist_info is not None:
-            self._cycle_metadata["distributedInfo"] = json.dumps(dist_info)
+        self.note_distributed_info()
         self._cycle_metadata.update(self.preset_metadata)
         self._lifecycle.start()
+
+    def note_distributed_info(self) -> None:
+        """Put the process group's facts in this cycle's trace as ``distributedInfo``, unless they are.
+
+        As torch, at the start of each cycle; polyprof also at its end, for a group that came up
+        during the cycle (a whole-script profile, ``polyprof run``), and ``polyprof run`` just before
+        the script destroys its group.
+        """
+        if "distributedInfo" in self._cycle_metadata:
+            return
+        dist_info = distributed_info()
+        if dist_info is not None:
+            self._cycle_metadata["distributedInfo"] = json.dumps(dist_info)
 
     def stop_trace(self) -> None:
         if self.execution_trace_observer is not None:
@@ -551,6 +563,7 @@ class profile:  # noqa: N801 - torch's name
         if not self._lifecycle.recording:
             return
         self._prepared = False
+        self.note_distributed_info()
         trace = self._lifecycle.stop(metadata_json=self._cycle_metadata, trace_id=self._trace_id or "")
         if self.acc_events:
             self._traces.append(trace)
@@ -844,16 +857,6 @@ def _check_json(key: str, value: str) -> None:
         raise ValueError(f"metadata value for {key!r} is not valid JSON: {value!r} ({exc})") from None
 
 
-def _distributed_info() -> dict[str, Any] | None:
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return None
-    if not dist.is_available() or not dist.is_initialized():
-        return None
-    return {"backend": dist.get_backend(), "rank": dist.get_rank(), "world_size": dist.get_world_size()}
-
-
 def _stop_and_save(p: profile) -> None:
     p.stop_trace()
     p._trace_ready()
@@ -893,7 +896,12 @@ def tensorboard_trace_handler(
     use_gzip: bool = False,
     use_python_export: bool = False,
 ) -> Callable[[profile], None]:
-    """An ``on_trace_ready`` handler writing ``<worker>.<ns>.pt.trace.json[.gz]`` into ``dir_name``."""
+    """An ``on_trace_ready`` handler writing ``<worker>.<ns>.pt.trace.json[.gz]`` into ``dir_name``.
+
+    The default worker is torch's ``<hostname>_<pid>``, led by the rank in a distributed job
+    (``rank03_<hostname>_<pid>``, zero-padded to the world size), so each rank's files are named
+    by rank and sort by it.
+    """
     directory = os.fspath(dir_name)
 
     def handler_fn(prof: profile) -> None:
@@ -901,7 +909,7 @@ def tensorboard_trace_handler(
             os.makedirs(directory, exist_ok=True)
         except Exception as exc:
             raise RuntimeError("Can't create directory: " + directory) from exc
-        worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"
+        worker = worker_name or default_worker_name(socket.gethostname(), os.getpid())
         file_name = f"{worker}.{time.time_ns()}.pt.trace.json"
         if use_gzip:
             file_name += ".gz"

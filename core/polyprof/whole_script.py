@@ -12,6 +12,7 @@ the script; failures become notes, reported at the end.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import socket
@@ -19,11 +20,12 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
+from polyprof.distributed import default_worker_name
 from polyprof.exporting import export_trace
 from polyprof.profiler import ACC_EVENTS_WARNING
 from polyprof.run_options import RunOptions
@@ -79,6 +81,7 @@ class WholeScriptProfile:
         self._discard = False
         self._owner_thread = threading.get_ident()
         self._step_hook: Any = None
+        self._restore_destroy: Callable[[], None] | None = None
         experimental_config = None
         if options.with_stack:  # torch attaches Python stacks to ops only in verbose mode
             from torch._C._profiler import _ExperimentalConfig
@@ -100,6 +103,7 @@ class WholeScriptProfile:
         """Start recording (errors here are polyprof's and propagate: the script has not run yet)."""
         self.profile.__enter__()
         self._active = True
+        self._watch_process_group_teardown()
         self._owner_thread = threading.get_ident()
         if self.options.schedule is not None:
             from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -139,8 +143,35 @@ class WholeScriptProfile:
         if self._active:
             self._end(discard=False)
 
+    def _watch_process_group_teardown(self) -> None:
+        """Note the process group's facts (``distributedInfo``) before the script destroys its group.
+
+        The profile starts before the script makes its group and ends after the script, which
+        usually destroys it first; ``torch.distributed.destroy_process_group`` is wrapped while the
+        script runs, and put back at its end.
+        """
+        dist: Any = sys.modules.get("torch.distributed")  # ``import torch`` imports it
+        destroy = getattr(dist, "destroy_process_group", None)
+        if destroy is None:
+            return
+
+        @functools.wraps(destroy)
+        def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+            if self._active and not args and not kwargs.get("group"):  # the default group only
+                try:
+                    self.profile.note_distributed_info()
+                except Exception:  # the script's teardown must go on
+                    log.warning("whole_script_distributed_info_failed", exc_info=True)
+            return destroy(*args, **kwargs)
+
+        dist.destroy_process_group = destroy_process_group
+        self._restore_destroy = lambda: setattr(dist, "destroy_process_group", destroy)
+
     def _end(self, *, discard: bool) -> None:
         self._active = False
+        if self._restore_destroy is not None:
+            self._restore_destroy()
+            self._restore_destroy = None
         if self._step_hook is not None:
             self._step_hook.remove()
             self._step_hook = None
@@ -197,7 +228,8 @@ class WholeScriptProfile:
         suffix = _FILE_SUFFIX.get(self.options.format) or (
             suffixes[0] if suffixes else f".{self.options.format}"
         )
-        worker = f"{self.target.file_stem}.{socket.gethostname()}_{os.getpid()}"
+        # rank07_<host>_<pid> in a distributed job (torchrun sets RANK before the script runs)
+        worker = f"{self.target.file_stem}.{default_worker_name(socket.gethostname(), os.getpid())}"
         path = os.path.join(self.output_dir, f"{worker}.{time.time_ns()}{suffix}")
         # bounded like a profile's own export: a hung exporter must not hang the whole run
         written = export_trace(self.exporter, prof.trace, path)

@@ -61,6 +61,7 @@ from polyprof._log import get_logger
 from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES, ProfilerActivity
 from polyprof.components import Capabilities, Exporter
 from polyprof.config import ProfileConfig
+from polyprof.distributed import distributed_info
 from polyprof.events import API_CALL_KINDS, HOST_KINDS, DeviceType, EventBatch, EventKind, kind_codes
 from polyprof.fileio import atomic_writer, check_writable_path
 from polyprof.hookspecs import hookimpl
@@ -165,31 +166,6 @@ def _metadata_entries(trace: Trace, layout: KinetoLayout = NEWEST_LAYOUT) -> lis
     if layout.host_name:
         entries["host_name"] = json_string(trace.hostname or socket.gethostname())
     return list(entries.items())
-
-
-def distributed_info() -> dict[str, Any] | None:
-    """torch.distributed's rank facts when a process group is up, else None.
-
-    Never imports torch: when the program has not imported ``torch.distributed``
-    no process group can exist.
-    """
-    dist = sys.modules.get("torch.distributed")
-    if dist is None:
-        return None
-    try:
-        if not (dist.is_available() and dist.is_initialized()):
-            return None
-        info: dict[str, Any] = {
-            "backend": str(dist.get_backend()),
-            "rank": int(dist.get_rank()),
-            "world_size": int(dist.get_world_size()),
-        }
-        info["pg_count"] = int(dist.get_pg_count())
-        info["pg_config"] = dist.distributed_c10d._get_all_pg_configs()
-    except Exception as exc:  # noqa: BLE001 - a half-torn-down process group must not lose the trace
-        log.warning("chrome_trace_distributed_info_failed", error=repr(exc))
-        return None
-    return info
 
 
 # ------------------------------------------------------------ event columns

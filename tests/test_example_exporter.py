@@ -86,11 +86,11 @@ def test_unknown_exporter_lists_installed_ones(example_site: Path, tmp_path: Pat
         import sys, torch, polyprof
         with polyprof.profile(activities=[polyprof.ProfilerActivity.CPU]) as prof:
             torch.ones(2).sum()
-        prof.export(sys.argv[1], format="parquet")
+        prof.export(sys.argv[1], format="feather")
         """,
-        str(tmp_path / "x.parquet"),
+        str(tmp_path / "x.feather"),
     )
     assert out.returncode != 0
     last = out.stderr.strip().splitlines()[-1]
-    assert "parquet" in last and "csv" in last and "chrome" in last
-    assert not (tmp_path / "x.parquet").exists()
+    assert "feather" in last and "csv" in last and "chrome" in last and "parquet" in last
+    assert not (tmp_path / "x.feather").exists()

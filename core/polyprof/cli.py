@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from polyprof import __version__
+from polyprof.cli_convert import add_convert_command
 from polyprof.cli_report import add_report_command
 from polyprof.cli_run import add_run_command
 from polyprof.errors import PolyprofError
@@ -219,6 +220,7 @@ def run_kineto_reader_command(args: argparse.Namespace) -> int:
 SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_plugins_command,
     add_report_command,
+    add_convert_command,
     add_run_command,
     add_kineto_reader_command,
 ]

@@ -72,7 +72,8 @@ from typing import Any
 import attrs
 
 from polyprof._log import get_logger
-from polyprof.chrome_reader import TraceFileError, max_bytes_from_env, read_chrome_trace
+from polyprof.chrome_reader import TraceFileError, max_bytes_from_env, read_chrome_trace, trace_from_chrome
+from polyprof.columnar import is_parquet_path, read_trace_document
 from polyprof.results import ProfileResults
 from polyprof.table import VALID_SORT_KEYS, VALID_TIME_UNITS, TimeShareError
 from polyprof.tree import use_device_for
@@ -139,7 +140,8 @@ class ReportOptions:
 
 
 def load_report_results(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> ProfileResults:
-    """Read a Chrome trace file into ``ProfileResults``; ``use_device`` from its device events.
+    """Read a trace file (Chrome JSON or a Parquet trace) into ``ProfileResults``; ``use_device`` from
+    its device events.
 
     :param max_bytes: the most JSON bytes to read (see ``polyprof.chrome_reader.load_chrome_trace``).
     :raises TraceFileError: the file is missing, a directory, unreadable, too large, not a
@@ -147,7 +149,10 @@ def load_report_results(path: str | os.PathLike[str], *, max_bytes: int | None =
     """
     path = os.fspath(path)
     started = time.perf_counter()
-    trace = read_chrome_trace(path, max_bytes=max_bytes)
+    if is_parquet_path(path):
+        trace = trace_from_chrome(read_trace_document(path))
+    else:
+        trace = read_chrome_trace(path, max_bytes=max_bytes)
     if len(trace.events) == 0:
         skipped = "".join(f"; {note}" for note in trace.notes)
         raise TraceFileError(
@@ -255,13 +260,14 @@ def add_report_command(subparsers: Any) -> None:
         help="print the key_averages table of a saved Chrome trace (polyprof's or torch's)",
         description=(
             "Print torch's key_averages().table() for a Chrome trace file (.json or .json.gz) written "
-            "by polyprof or by torch.profiler (export_chrome_trace, tensorboard_trace_handler). "
+            "by polyprof or by torch.profiler (export_chrome_trace, tensorboard_trace_handler), or for "
+            "a Parquet trace (polyprof convert, the parquet exporter). "
             "Needs no torch. Times, counts, shapes and memory match torch's table for the profile "
             "that wrote the trace; FLOPs are not stored in traces."
         ),
         epilog=f"Sort keys: {', '.join(VALID_SORT_KEYS)}.",
     )
-    parser.add_argument("trace", metavar="TRACE", help="the trace file (.json or .json.gz)")
+    parser.add_argument("trace", metavar="TRACE", help="the trace file (.json, .json.gz or .parquet)")
     parser.add_argument(
         "--sort-by",
         metavar="KEY",

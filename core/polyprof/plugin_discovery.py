@@ -41,6 +41,7 @@ BUILTIN_PLUGINS: Final[Mapping[str, str]] = types.MappingProxyType(
         "chrome_trace": "polyprof_builtins.chrome_trace",
         "stacks": "polyprof_builtins.stacks",
         "itt_export": "polyprof_builtins.itt_export",
+        "parquet_trace": "polyprof_builtins.parquet_trace",
     }
 )
 

@@ -1164,6 +1164,11 @@ def render_chrome_trace(trace: Trace, trace_name: str, layout: KinetoLayout | No
         yield chunk if isinstance(chunk, str) else chunk.decode()
 
 
+def chrome_trace_bytes(trace: Trace, trace_name: str, layout: KinetoLayout | None = None) -> bytes:
+    """The whole Chrome trace JSON of ``trace`` as UTF-8, as ``write_chrome_trace`` writes it."""
+    return b"".join(c.encode() if isinstance(c, str) else c for c in _trace_chunks(trace, trace_name, layout))
+
+
 def _trace_chunks(trace: Trace, trace_name: str, layout: KinetoLayout | None) -> Iterator[str | bytes]:
     """``render_chrome_trace``'s chunks, the event lines as UTF-8 where the compiled formatter wrote them."""
     if layout is None:
@@ -1294,6 +1299,7 @@ __all__ = [
     "NEWEST_LAYOUT",
     "ChromeTraceExporter",
     "KinetoLayout",
+    "chrome_trace_bytes",
     "format_us",
     "kineto_layout",
     "render_chrome_trace",

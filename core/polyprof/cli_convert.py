@@ -1,0 +1,163 @@
+"""``polyprof convert``: Chrome trace JSON (``.json``, ``.json.gz``) to Parquet traces and back.
+
+    polyprof convert trace.json trace.parquet          # one file; formats from the suffixes
+    polyprof convert trace.parquet trace.json.gz
+    polyprof convert traces/ -o parquet/ --to parquet  # every trace in a directory, or several files
+
+Any Chrome trace converts: polyprof's, torch's (Kineto's writer) or another tool's; the Parquet
+file holds the same document as columns (``polyprof.columnar``), so converting back gives it again.
+In the many-file form each trace is converted on its own: one that cannot be read (corrupt,
+truncated, not a trace) is named on stderr with the reason and skipped, the others are written,
+and the exit code is 1. Every file is written atomically, so none is ever left half-written.
+Written paths go to stdout, one per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from polyprof.chrome_reader import TraceFileError
+from polyprof.columnar import (
+    COMPRESSIONS,
+    DEFAULT_COMPRESSION,
+    pyarrow_modules,
+    read_trace_document,
+    write_json_trace,
+    write_parquet_trace,
+)
+from polyprof.errors import PolyprofError
+from polyprof.fileio import OutputPathError
+
+#: Target formats of the many-file form and the suffix each writes.
+TARGET_SUFFIXES = {"parquet": ".parquet", "json": ".json", "json.gz": ".json.gz"}
+TRACE_SUFFIXES = (".json", ".json.gz", ".parquet")
+
+
+class ConvertUsageError(PolyprofError, ValueError):
+    """The command line names no valid conversion."""
+
+
+def trace_suffix(path: str) -> str | None:
+    """``.json``, ``.json.gz`` or ``.parquet`` when ``path`` ends in one (any case), else None."""
+    lowered = path.lower()
+    for suffix in (".json.gz", ".json", ".parquet"):
+        if lowered.endswith(suffix):
+            return suffix
+    return None
+
+
+def target_format_of(path: str) -> str:
+    suffix = trace_suffix(path)
+    if suffix is None:
+        raise ConvertUsageError(
+            f"cannot tell the format to write from {path!r}: name it .parquet, .json or .json.gz "
+            "(or give a directory with -o and --to)"
+        )
+    return suffix.lstrip(".")
+
+
+def convert_file(source: str, destination: str, *, compression: str = DEFAULT_COMPRESSION) -> str:
+    """Convert one trace file; the format of each side comes from its suffix. Returns the path written."""
+    if trace_suffix(source) is None:
+        raise TraceFileError(source, f"not a trace file name: it must end in {', '.join(TRACE_SUFFIXES)}")
+    if os.path.abspath(source) == os.path.abspath(destination):
+        raise ConvertUsageError(f"{source!r} would be converted onto itself; give another destination")
+    target = target_format_of(destination)
+    if target == "parquet":
+        pyarrow_modules()  # before reading gigabytes of JSON
+    doc = read_trace_document(source)
+    if target != "parquet":
+        return write_json_trace(doc, destination)
+    try:
+        return write_parquet_trace(doc, destination, compression=compression)
+    except ValueError as exc:  # a JSON document that is not a Chrome trace (traceEvents not a list, ...)
+        raise TraceFileError(source, f"not a Chrome trace: {exc}") from exc
+
+
+def sources_of(paths: list[str]) -> list[str]:
+    """The trace files named: files as given, directories' trace files (not recursive), sorted."""
+    found: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            names = sorted(n for n in os.listdir(path) if trace_suffix(n) and not n.startswith("."))
+            found.extend(os.path.join(path, n) for n in names)
+        else:
+            found.append(path)
+    return found
+
+
+def destination_in(directory: str, source: str, target: str) -> str:
+    stem = os.path.basename(source)
+    suffix = trace_suffix(stem) or ""
+    return os.path.join(directory, stem[: len(stem) - len(suffix)] + TARGET_SUFFIXES[target])
+
+
+def add_convert_command(subparsers: Any) -> None:
+    """Add ``polyprof convert`` to the ``polyprof`` command's subparsers."""
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert Chrome trace JSON (.json, .json.gz) to Parquet traces and back",
+        description=(
+            "Convert traces between Chrome trace JSON (.json, .json.gz: polyprof's, torch's or any "
+            "Kineto trace) and Parquet traces (.parquet: the events as typed columns, the top-level "
+            "keys in the file's metadata). SOURCE DESTINATION converts one file, the formats taken "
+            "from the suffixes; SOURCE... -o DIR --to FORMAT converts every trace named or in the "
+            "directories named. Needs pyarrow for Parquet (pip install 'polyprof[analysis]')."
+        ),
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="SOURCE DESTINATION, or SOURCE... with -o")
+    parser.add_argument("-o", "--output-dir", metavar="DIR", help="write each converted trace into DIR")
+    parser.add_argument(
+        "--to", choices=tuple(TARGET_SUFFIXES), help="with -o: the format to write (default parquet)"
+    )
+    parser.add_argument(
+        "--compression",
+        choices=COMPRESSIONS,
+        default=DEFAULT_COMPRESSION,
+        help=f"Parquet compression (default {DEFAULT_COMPRESSION})",
+    )
+    parser.set_defaults(handler=run_convert_command)
+
+
+def run_convert_command(args: argparse.Namespace) -> int:
+    if args.output_dir is None:
+        if args.to is not None:
+            raise ConvertUsageError("--to goes with -o DIR; for one file, name the destination's suffix")
+        if len(args.paths) != 2:
+            raise ConvertUsageError(
+                f"give SOURCE DESTINATION ({len(args.paths)} paths given), or SOURCE... -o DIR --to FORMAT"
+            )
+        source, destination = args.paths
+        if os.path.isdir(source):
+            raise ConvertUsageError(f"{source!r} is a directory: convert it with -o DIR --to FORMAT")
+        print(convert_file(source, destination, compression=args.compression))
+        return 0
+    target = args.to or "parquet"
+    sources = sources_of(args.paths)
+    if not sources:
+        raise ConvertUsageError(f"no trace files ({', '.join(TRACE_SUFFIXES)}) in {', '.join(args.paths)}")
+    if target == "parquet":
+        pyarrow_modules()
+    os.makedirs(args.output_dir, exist_ok=True)
+    failed = 0
+    for source in sources:
+        destination = destination_in(args.output_dir, source, target)
+        try:
+            written = convert_file(source, destination, compression=args.compression)
+        except (TraceFileError, OutputPathError, ConvertUsageError) as exc:
+            failed += 1
+            print(f"polyprof convert: skipped {source}: {exc}", file=sys.stderr)
+            continue
+        print(written, flush=True)
+    print(
+        f"polyprof convert: {len(sources) - failed} of {len(sources)} traces written to {args.output_dir}"
+        + (f"; {failed} skipped (above)" if failed else ""),
+        file=sys.stderr,
+    )
+    return 1 if failed else 0
+
+
+__all__ = ["add_convert_command", "convert_file", "run_convert_command"]

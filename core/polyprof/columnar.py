@@ -1,0 +1,360 @@
+"""Chrome trace JSON as typed columns: the Parquet trace format, and the codec both ways.
+
+A Parquet trace holds one Chrome trace (polyprof's, torch's or any Kineto trace). Each row is one
+element of ``traceEvents``, in the file's order; the columns are:
+
+=============  ==========  ==========================================================================
+column         type        what it holds
+=============  ==========  ==========================================================================
+``ph``         string      the event's phase (``X``, ``i``, ``M``, ``s``, ``f``, ``C``, ...)
+``cat``        string      its category (``cpu_op``, ``kernel``, ``gpu_memcpy``, ...)
+``name``       string      its name
+``pid``        int64       its process, when a number
+``pid_label``  string      its process, when a string (Kineto's ``"Spans"``, ``"Traces"``)
+``tid``        int64       its thread or stream, when a number
+``tid_label``  string      its thread, when a string
+``ts``         float64     its start in µs as the JSON has it (relative to ``baseTimeNanoseconds``
+                           where the trace has one)
+``dur``        float64     its duration in µs
+``id``         int64       a flow event's id, when a number
+``id_label``   string      a flow event's id, when a string
+``args``       string      its ``args``, as JSON text
+``extra``      string      every other key of the event (``s``, ``bp``, ...), as a JSON object
+=============  ==========  ==========================================================================
+
+A key whose value does not fit its column (a ``pid`` that is a float, a ``ts`` that is a string, a
+``name`` that is null, an integer past what a double holds exactly) goes to ``extra`` instead, so no
+value is lost or changed: ``chrome_from_table(table_from_chrome(doc)) == doc`` for every document
+whose ``traceEvents`` is a list of objects (tests/test_columnar.py checks it with hypothesis).
+Numbers keep their value; ``5`` may come back as ``5.0``, which JSON readers take as the same.
+
+The other top-level keys (``schemaVersion``, ``deviceProperties``, ``distributedInfo``,
+``baseTimeNanoseconds``, ``traceName``, ...) are kept, in order, as one JSON object in the file's
+key-value metadata (``polyprof.chrome_top_level``), beside ``polyprof.format`` and, for a rank of a
+distributed job, ``polyprof.rank`` and ``polyprof.world_size``. DuckDB, pandas, polars and Spark read
+the columns directly; ``read_trace_document`` gives back the Chrome document.
+
+pyarrow is needed for the Parquet side (``pip install 'polyprof[analysis]'``); the rest of polyprof
+never imports it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from polyprof._log import get_logger
+from polyprof.chrome_reader import TraceFileError, load_chrome_trace
+from polyprof.errors import PolyprofError
+from polyprof.fileio import atomic_writer, check_writable_path, is_gzip_path
+
+log = get_logger(__name__)
+
+#: The value of ``polyprof.format`` in the files' metadata; bumped when a column changes meaning.
+FORMAT = "polyprof-chrome-columns/1"
+FORMAT_KEY = b"polyprof.format"
+TOP_LEVEL_KEY = b"polyprof.chrome_top_level"
+#: How many top-level keys come before ``traceEvents``, so that it goes back where it was.
+EVENTS_POSITION_KEY = b"polyprof.trace_events_position"
+RANK_KEY = b"polyprof.rank"
+WORLD_SIZE_KEY = b"polyprof.world_size"
+PARQUET_SUFFIX = ".parquet"
+JSON_SUFFIXES = (".json", ".json.gz")
+#: zstd: traces are repetitive text; it gives files several times smaller than snappy at similar speed.
+DEFAULT_COMPRESSION = "zstd"
+COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")
+
+_STRING_KEYS = ("ph", "cat", "name")
+#: Keys that are numbers or strings: (key, number column, string column).
+_INT_OR_LABEL_KEYS = (("pid", "pid_label"), ("tid", "tid_label"), ("id", "id_label"))
+_TIME_KEYS = ("ts", "dur")
+COLUMNS = (
+    "ph",
+    "cat",
+    "name",
+    "pid",
+    "pid_label",
+    "tid",
+    "tid_label",
+    "ts",
+    "dur",
+    "id",
+    "id_label",
+    "args",
+    "extra",
+)
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: Integers a double holds exactly: a ``ts`` or ``dur`` beyond this goes to ``extra``.
+_EXACT_IN_DOUBLE = 2**53
+
+
+class ParquetUnavailableError(PolyprofError, ImportError):
+    """pyarrow is not installed."""
+
+
+def pyarrow_modules() -> tuple[Any, Any]:
+    """``(pyarrow, pyarrow.parquet)``, or a ``ParquetUnavailableError`` saying how to install them."""
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError as exc:
+        raise ParquetUnavailableError(
+            "Parquet traces need pyarrow, which is not installed: pip install 'polyprof[analysis]' "
+            f"(or pip install pyarrow) ({exc})"
+        ) from exc
+    return pyarrow, pyarrow.parquet
+
+
+def _is_int64(value: Any) -> bool:
+    return type(value) is int and _INT64_MIN <= value <= _INT64_MAX
+
+
+def _is_time(value: Any) -> bool:
+    kind = type(value)
+    return kind is float or (kind is int and -_EXACT_IN_DOUBLE <= value <= _EXACT_IN_DOUBLE)
+
+
+def _columns_of(events: list[Any]) -> dict[str, list[Any]]:
+    """The column lists of ``events``: each key in its typed column when its value fits, else in extra."""
+    n = len(events)
+    columns: dict[str, list[Any]] = {name: [None] * n for name in COLUMNS}
+    ph, cat, name = columns["ph"], columns["cat"], columns["name"]
+    ts, dur, args, extra = columns["ts"], columns["dur"], columns["args"], columns["extra"]
+    numbers = {key: columns[key] for key, _ in _INT_OR_LABEL_KEYS}
+    labels = {key: columns[label] for key, label in _INT_OR_LABEL_KEYS}
+    strings = {"ph": ph, "cat": cat, "name": name}
+    times = {"ts": ts, "dur": dur}
+    dumps = orjson.dumps
+    for row, event in enumerate(events):
+        if type(event) is not dict:
+            raise ValueError(f"traceEvents[{row}] is not a JSON object but {type(event).__name__}")
+        rest: dict[str, Any] | None = None
+        for key, value in event.items():
+            column = strings.get(key)
+            if column is not None:
+                if type(value) is str:
+                    column[row] = value
+                    continue
+            elif key in times:
+                if _is_time(value):
+                    times[key][row] = float(value)
+                    continue
+            elif key in numbers:
+                if _is_int64(value):
+                    numbers[key][row] = value
+                    continue
+                if type(value) is str:
+                    labels[key][row] = value
+                    continue
+            elif key == "args":
+                args[row] = dumps(value).decode()
+                continue
+            if rest is None:
+                rest = {}
+            rest[key] = value
+        if rest is not None:
+            extra[row] = dumps(rest).decode()
+    return columns
+
+
+def _schema(pa: Any) -> Any:
+    text = pa.string()
+    return pa.schema(
+        [
+            ("ph", text),
+            ("cat", text),
+            ("name", text),
+            ("pid", pa.int64()),
+            ("pid_label", text),
+            ("tid", pa.int64()),
+            ("tid_label", text),
+            ("ts", pa.float64()),
+            ("dur", pa.float64()),
+            ("id", pa.int64()),
+            ("id_label", text),
+            ("args", text),
+            ("extra", text),
+        ]
+    )
+
+
+def _rank_facts(top_level: Mapping[str, Any]) -> dict[bytes, bytes]:
+    info = top_level.get("distributedInfo")
+    if not isinstance(info, Mapping):
+        return {}
+    facts = {}
+    for key, field in ((RANK_KEY, "rank"), (WORLD_SIZE_KEY, "world_size")):
+        if _is_int64(info.get(field)):
+            facts[key] = str(info[field]).encode()
+    return facts
+
+
+def table_from_chrome(doc: Mapping[str, Any]) -> Any:
+    """The Arrow table of a parsed Chrome trace document (see the module notes)."""
+    pa, _ = pyarrow_modules()
+    if not isinstance(doc, Mapping):
+        raise ValueError(f"a Chrome trace is a JSON object, not {type(doc).__name__}")
+    events = doc.get("traceEvents", [])
+    if not isinstance(events, list):
+        raise ValueError(f"traceEvents is not a list but {type(events).__name__}")
+    keys = list(doc)
+    top_level = {key: value for key, value in doc.items() if key != "traceEvents"}
+    position = keys.index("traceEvents") if "traceEvents" in doc else len(keys)
+    columns = _columns_of(events)
+    schema = _schema(pa).with_metadata(
+        {
+            FORMAT_KEY: FORMAT.encode(),
+            TOP_LEVEL_KEY: orjson.dumps(top_level),
+            EVENTS_POSITION_KEY: str(position).encode(),
+            **_rank_facts(top_level),
+        }
+    )
+    return pa.Table.from_pydict(columns, schema=schema)
+
+
+def _check_format(table: Any, where: str) -> dict[bytes, bytes]:
+    metadata = table.schema.metadata or {}
+    found = metadata.get(FORMAT_KEY)
+    if found is None:
+        raise ValueError(
+            f"{where} is not a polyprof Parquet trace (its metadata has no {FORMAT_KEY.decode()!r}; "
+            f"polyprof convert or the 'parquet' exporter writes one)"
+        )
+    if found.decode(errors="replace") != FORMAT:
+        raise ValueError(
+            f"{where} is in format {found.decode(errors='replace')!r}; this polyprof reads {FORMAT!r}"
+        )
+    return dict(metadata)
+
+
+def chrome_from_table(table: Any, *, where: str = "the table") -> dict[str, Any]:
+    """The Chrome trace document of a table that ``table_from_chrome`` made (or read back from Parquet)."""
+    metadata = _check_format(table, where)
+    doc: dict[str, Any] = orjson.loads(metadata.get(TOP_LEVEL_KEY, b"{}"))
+    missing = [name for name in COLUMNS if name not in table.column_names]
+    if missing:
+        raise ValueError(f"{where} lacks the columns {missing}; a polyprof Parquet trace has {list(COLUMNS)}")
+    data = {name: table.column(name).to_pylist() for name in COLUMNS}
+    loads = orjson.loads
+    rows = zip(*(data[name] for name in COLUMNS), strict=True)
+    events: list[dict[str, Any]] = []
+    for ph, cat, name, pid, pid_label, tid, tid_label, ts, dur, id_, id_label, args, extra in rows:
+        event: dict[str, Any] = {}
+        if ph is not None:
+            event["ph"] = ph
+        if cat is not None:
+            event["cat"] = cat
+        if name is not None:
+            event["name"] = name
+        for number, label, key in ((pid, pid_label, "pid"), (tid, tid_label, "tid")):
+            if number is not None:
+                event[key] = number
+            elif label is not None:
+                event[key] = label
+        if ts is not None:
+            event["ts"] = ts
+        if dur is not None:
+            event["dur"] = dur
+        if id_ is not None:
+            event["id"] = id_
+        elif id_label is not None:
+            event["id"] = id_label
+        if extra is not None:
+            event.update(loads(extra))
+        if args is not None:
+            event["args"] = loads(args)
+        events.append(event)
+    try:
+        position = int(metadata.get(EVENTS_POSITION_KEY, b"-1"))
+    except ValueError:
+        position = -1
+    items = list(doc.items())
+    if not 0 <= position <= len(items):
+        position = len(items)
+    return dict([*items[:position], ("traceEvents", events), *items[position:]])
+
+
+def check_compression(compression: str) -> str:
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression {compression!r} is not one of {', '.join(COMPRESSIONS)}")
+    return compression
+
+
+def write_parquet_table(
+    table: Any, path: str | os.PathLike[str], *, compression: str = DEFAULT_COMPRESSION
+) -> str:
+    """Write ``table`` as Parquet at ``path``, atomically (nothing is left at ``path`` on an error)."""
+    _, pq = pyarrow_modules()
+    check_compression(compression)
+    path = check_writable_path(path)
+    with atomic_writer(path, binary=True) as out:
+        pq.write_table(table, out, compression=None if compression == "none" else compression)
+    return path
+
+
+def write_parquet_trace(doc: Mapping[str, Any], path: str | os.PathLike[str], **options: Any) -> str:
+    """Write a parsed Chrome trace document as a Parquet trace at ``path``."""
+    return write_parquet_table(table_from_chrome(doc), path, **options)
+
+
+def is_parquet_path(path: str | os.PathLike[str]) -> bool:
+    return os.fspath(path).lower().endswith(PARQUET_SUFFIX)
+
+
+def is_json_trace_path(path: str | os.PathLike[str]) -> bool:
+    return os.fspath(path).lower().endswith(JSON_SUFFIXES)
+
+
+def read_parquet_table(path: str | os.PathLike[str], columns: list[str] | None = None) -> Any:
+    """The table of a Parquet trace; a one-line ``TraceFileError`` naming the file when it is not one."""
+    pa, pq = pyarrow_modules()
+    path = os.fspath(path)
+    try:
+        table = pq.read_table(path, columns=columns)
+        _check_format(table, path)
+    except FileNotFoundError:
+        raise TraceFileError(path, "no such file") from None
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if message.startswith(path):
+            message = message[len(path) :].lstrip(": ")
+        raise TraceFileError(path, f"not a readable polyprof Parquet trace: {message}") from exc
+    return table
+
+
+def read_trace_document(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The Chrome trace document of a ``.json``, ``.json.gz`` or ``.parquet`` trace file."""
+    path = os.fspath(path)
+    if is_parquet_path(path):
+        return chrome_from_table(read_parquet_table(path), where=path)
+    return load_chrome_trace(path)
+
+
+def write_json_trace(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> str:
+    """Write a Chrome trace document as JSON (gzip for ``.gz``), atomically."""
+    path = check_writable_path(path)
+    with atomic_writer(path, binary=True) as out:
+        out.write(orjson.dumps(doc))
+    return path
+
+
+__all__ = [
+    "COLUMNS",
+    "DEFAULT_COMPRESSION",
+    "FORMAT",
+    "ParquetUnavailableError",
+    "chrome_from_table",
+    "is_gzip_path",
+    "is_json_trace_path",
+    "is_parquet_path",
+    "pyarrow_modules",
+    "read_parquet_table",
+    "read_trace_document",
+    "table_from_chrome",
+    "write_json_trace",
+    "write_parquet_table",
+    "write_parquet_trace",
+]

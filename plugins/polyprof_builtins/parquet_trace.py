@@ -1,0 +1,59 @@
+"""The "parquet" exporter: a profile's Chrome trace as typed columns in one Parquet file.
+
+The file holds exactly the trace that the "chrome" exporter writes, as the columns of
+``polyprof.columnar`` (one row per event; the top-level keys in the file's metadata), so
+``polyprof convert trace.parquet trace.json`` gives back the Chrome trace, and DuckDB, pandas or
+polars read the events without parsing JSON. Needs pyarrow (``pip install 'polyprof[analysis]'``).
+
+Options: ``compression`` (``zstd``, the default, ``snappy``, ``gzip``, ``lz4``, ``brotli`` or
+``none``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from polyprof.columnar import DEFAULT_COMPRESSION, pyarrow_modules, write_parquet_trace
+from polyprof.components import Capabilities, Exporter
+from polyprof.config import ProfileConfig
+from polyprof.fileio import check_writable_path
+from polyprof.hookspecs import hookimpl
+from polyprof.trace import Trace
+from polyprof_builtins.chrome_trace import chrome_trace_bytes
+
+EXPORTER_NAME = "parquet"
+VALID_OPTIONS = ("compression",)
+
+
+class ParquetTraceExporter(Exporter):
+    """Writes the Chrome trace as a Parquet trace (``.parquet``)."""
+
+    name = EXPORTER_NAME
+    suffixes = (".parquet",)
+
+    def export(self, trace: Trace, path: str, **options: Any) -> str:
+        unknown = sorted(set(options) - set(VALID_OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"unknown option(s) {unknown} for the {EXPORTER_NAME!r} exporter; "
+                f"valid options: {list(VALID_OPTIONS)}"
+            )
+        path = check_writable_path(path)
+        pyarrow_modules()  # fail before the trace is rendered when pyarrow is missing
+        doc = orjson.loads(chrome_trace_bytes(trace, path))
+        return write_parquet_trace(doc, path, compression=options.get("compression", DEFAULT_COMPRESSION))
+
+
+@hookimpl(trylast=True)
+def polyprof_make_exporter(config: ProfileConfig, name: str) -> Exporter | None:
+    return ParquetTraceExporter() if name == EXPORTER_NAME else None
+
+
+@hookimpl(trylast=True)
+def polyprof_capabilities() -> Capabilities:
+    return Capabilities(exporters=(EXPORTER_NAME,))
+
+
+__all__ = ["ParquetTraceExporter"]

@@ -31,7 +31,7 @@ import subprocess
 import sys
 
 CHILD = r"""
-import json, os, statistics, sys, tempfile, time
+import atexit, json, os, shutil, statistics, sys, tempfile, time
 import torch
 from torch.profiler import profile, ProfilerActivity
 import pyarrow.parquet as pq
@@ -43,6 +43,7 @@ from polyprof.cli_convert import convert_file
 torch.set_num_threads(1)
 n_ops, reps = int(sys.argv[1]), int(sys.argv[2])
 folder = tempfile.mkdtemp()
+atexit.register(shutil.rmtree, folder, ignore_errors=True)
 source = os.path.join(folder, "torch.json")
 a, b = torch.ones(1), torch.ones(1)
 with profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -37,7 +37,8 @@ RESULTS="$ROOT/torch-matrix-results/test-sh"
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
 CLEAN=
-[ "${POLYPROF_TEST_CLEAN_VENVS:-${CI:+1}}" = 1 ] && CLEAN=--clean
+case "${CI:-}" in "" | false | 0) in_ci=0 ;; *) in_ci=1 ;; esac
+[ "${POLYPROF_TEST_CLEAN_VENVS:-$in_ci}" = 1 ] && CLEAN=--clean
 started=$SECONDS
 runs=()
 set +e

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,59 @@ def test_a_failed_write_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="traceEvents\\[1\\] is not a JSON object"):
         columnar.write_parquet_trace({"traceEvents": [{}, 3]}, tmp_path / "t.parquet")
     assert os.listdir(tmp_path) == []
+
+
+def test_what_only_pythons_parser_reads_comes_back_too(tmp_path: Path, capsys) -> None:
+    """NaN, infinities, integers past 64 bits and lone surrogates: orjson reads and writes none of them."""
+    source = tmp_path / "odd.json"
+    source.write_text(
+        '{"traceEvents": [{"ph": "X", "name": "a\\ud800", "ts": NaN, "dur": 1, '
+        '"args": {"big": 18446744073709551616, "inf": Infinity, "s": "\\udfff"}}], "note": -Infinity}'
+    )
+    parquet, back = tmp_path / "odd.parquet", tmp_path / "back.json"
+    assert cli_main(["convert", str(source), str(parquet)]) == 0
+    assert cli_main(["convert", str(parquet), str(back)]) == 0
+    expected, got = json.loads(source.read_text()), json.loads(back.read_text())
+    event, want = got["traceEvents"][0], expected["traceEvents"][0]
+    assert math.isnan(event.pop("ts")) and math.isnan(want.pop("ts"))  # NaN is never equal to itself
+    assert event == want and got["note"] == float("-inf")
+    assert event["name"] == "a\ud800" and event["args"]["big"] == 2**64
+
+
+def test_two_sources_with_one_destination_are_not_written_over_each_other(
+    profiles: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    good = profiles["torch"].read_bytes()
+    (traces / "a.json").write_bytes(good)
+    (traces / "a.json.gz").write_bytes(gzip.compress(good))
+    assert cli_main(["convert", str(traces), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    destination = tmp_path / "out" / "a.parquet"
+    assert f"skipped {traces / 'a.json.gz'}: its destination {destination} is {traces / 'a.json'}'s" in err
+    assert "1 of 2 traces written" in err
+
+
+def test_a_damaged_polyprof_parquet_file_is_named_and_the_others_converted(
+    profiles: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    table = pq.read_table(profiles["parquet"])
+    damaged = table.set_column(
+        table.column_names.index("extra"), "extra", pa.array(["[1, 2]"] * table.num_rows, type=pa.string())
+    )
+    pq.write_table(damaged, traces / "a.parquet")
+    pq.write_table(table.drop_columns(["args"]), traces / "b.parquet")
+    (traces / "c.parquet").write_bytes(profiles["parquet"].read_bytes())
+    assert cli_main(["convert", str(traces), "-o", str(tmp_path / "out"), "--to", "json"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"skipped {traces / 'a.parquet'}: {traces / 'a.parquet'}: not a readable polyprof Parquet trace"
+        in err
+    )
+    assert f"skipped {traces / 'b.parquet'}: " in err and "lacks the columns ['args']" in err
+    assert sorted(os.listdir(tmp_path / "out")) == ["c.json"]
+    assert cli_main(["report", str(traces / "a.parquet")]) != 0
+    assert "not a readable polyprof Parquet trace" in capsys.readouterr().err

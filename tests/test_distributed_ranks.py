@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -63,37 +64,30 @@ UNDER_POLYPROF_RUN = STEP + textwrap.dedent(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def torchrun(tmp_path: Path, *args: str) -> None:
-    """Two local ranks of ``args`` (a script or ``-m module ...``) under torch's launcher."""
+    """Two local ranks of ``args`` (a script or ``-m module ...``) under torch's launcher.
+
+    ``--standalone``: the launcher binds its own free port, so no other process can take it first.
+    Its own session, so a timeout kills the ranks too, not only the launcher.
+    """
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["OMP_NUM_THREADS"] = "1"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            str(free_port()),
-            *args,
-        ],
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args],
         cwd=tmp_path,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
-        check=False,
+        start_new_session=True,
     )
-    assert done.returncode == 0, done.stderr[-4000:]
+    try:
+        _, stderr = launcher.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.communicate()
+        raise
+    assert launcher.returncode == 0, stderr[-4000:]
 
 
 def traces(folder: Path) -> dict[int, tuple[str, dict]]:
@@ -165,3 +159,41 @@ def test_the_launchers_rank_names_files_before_a_process_group_is_up(monkeypatch
         assert default_worker_name("host", 42) == "host_42"  # no sensible rank: torch's name
     monkeypatch.delenv("RANK")
     assert rank_of_process() is None
+
+
+@pytest.mark.slow
+def test_polyprof_run_notes_the_group_whichever_way_the_script_destroys_it_and_puts_torchs_back(
+    tmp_path: Path,
+) -> None:
+    """One in-process gloo rank (no launcher): destroyed with a positional None, the default group."""
+    script = tmp_path / "one_rank.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import atexit
+            import torch
+            import torch.distributed as dist
+
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+            torch.ones(4).sum()
+            dist.destroy_process_group(None)
+            # after polyprof run has finished: torch's function is back
+            original = dist.distributed_c10d.destroy_process_group
+            atexit.register(lambda: print("restored:", dist.destroy_process_group is original))
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    done = subprocess.run(
+        [sys.executable, "-m", "polyprof", "run", "--output-dir", str(tmp_path / "out"), str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "restored: True" in done.stdout
+    ((_name, doc),) = traces(tmp_path / "out").values()
+    assert doc["distributedInfo"]["backend"] == "gloo" and doc["distributedInfo"]["world_size"] == 1

@@ -72,6 +72,7 @@ SOURCE = "chrome_trace"
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "MAX_BYTES_ENV",
+    "StdlibParsedDocument",
     "TraceFileError",
     "load_chrome_trace",
     "max_bytes_from_env",
@@ -246,7 +247,7 @@ def _parse_json(path: str, data: bytes | bytearray) -> Any:
     # NaN) and its messages are terse: ask the stdlib for a verdict and position.
     text = data.decode("utf-8", errors="replace")
     try:
-        return json.loads(text)
+        parsed = json.loads(text)
     except RecursionError:
         raise _depth_error(path, "past Python's recursion limit") from None
     except json.JSONDecodeError as exc:
@@ -257,6 +258,16 @@ def _parse_json(path: str, data: bytes | bytearray) -> Any:
         raise TraceFileError(
             path, f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
         ) from None
+    return StdlibParsedDocument(parsed) if isinstance(parsed, dict) else parsed
+
+
+class StdlibParsedDocument(dict[str, Any]):
+    """A document orjson could not parse, read by the stdlib parser instead.
+
+    It may hold what orjson neither reads nor writes: NaN and infinities, integers past 64 bits,
+    lone surrogates in strings. Writers that must give every value back (``polyprof.columnar``)
+    write such a document with the stdlib encoder.
+    """
 
 
 def load_chrome_trace(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import os
 import sys
 from typing import Any
 
+from polyprof._log import get_logger
 from polyprof.chrome_reader import TraceFileError
 from polyprof.columnar import (
     COMPRESSIONS,
@@ -29,7 +30,8 @@ from polyprof.columnar import (
     write_parquet_trace,
 )
 from polyprof.errors import PolyprofError
-from polyprof.fileio import OutputPathError
+
+log = get_logger(__name__)
 
 #: Target formats of the many-file form and the suffix each writes.
 TARGET_SUFFIXES = {"parquet": ".parquet", "json": ".json", "json.gz": ".json.gz"}
@@ -69,11 +71,11 @@ def convert_file(source: str, destination: str, *, compression: str = DEFAULT_CO
     if target == "parquet":
         pyarrow_modules()  # before reading gigabytes of JSON
     doc = read_trace_document(source)
-    if target != "parquet":
-        return write_json_trace(doc, destination)
     try:
+        if target != "parquet":
+            return write_json_trace(doc, destination)
         return write_parquet_trace(doc, destination, compression=compression)
-    except ValueError as exc:  # a JSON document that is not a Chrome trace (traceEvents not a list, ...)
+    except (ValueError, TypeError) as exc:  # traceEvents not a list, an event not an object, ...
         raise TraceFileError(source, f"not a Chrome trace: {exc}") from exc
 
 
@@ -141,14 +143,23 @@ def run_convert_command(args: argparse.Namespace) -> int:
         raise ConvertUsageError(f"no trace files ({', '.join(TRACE_SUFFIXES)}) in {', '.join(args.paths)}")
     if target == "parquet":
         pyarrow_modules()
+    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
+        raise ConvertUsageError(f"-o {args.output_dir!r} is a file, not a directory")
     os.makedirs(args.output_dir, exist_ok=True)
     failed = 0
+    first_source_of: dict[str, str] = {}
     for source in sources:
         destination = destination_in(args.output_dir, source, target)
+        # a.json and a.json.gz would both become a.parquet: the first keeps the name
+        earlier = first_source_of.setdefault(os.path.abspath(destination), source)
         try:
+            if earlier != source:
+                raise ConvertUsageError(f"its destination {destination} is {earlier}'s; rename one of them")
             written = convert_file(source, destination, compression=args.compression)
-        except (TraceFileError, OutputPathError, ConvertUsageError) as exc:
+        except Exception as exc:  # one bad trace is reported and the others converted
             failed += 1
+            if not isinstance(exc, (PolyprofError, OSError)):
+                log.error("convert_failed", source=source, exc_info=True)
             print(f"polyprof convert: skipped {source}: {exc}", file=sys.stderr)
             continue
         print(written, flush=True)

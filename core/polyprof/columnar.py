@@ -27,6 +27,9 @@ A key whose value does not fit its column (a ``pid`` that is a float, a ``ts`` t
 value is lost or changed: ``chrome_from_table(table_from_chrome(doc)) == doc`` for every document
 whose ``traceEvents`` is a list of objects (tests/test_columnar.py checks it with hypothesis).
 Numbers keep their value; ``5`` may come back as ``5.0``, which JSON readers take as the same.
+What only Python's own JSON parser reads (NaN and infinities, integers past 64 bits, lone
+surrogates: ``chrome_reader.StdlibParsedDocument``) is written back with Python's encoder, so it
+too comes back (a NaN ``ts`` comes back as NaN, which is never equal to itself).
 
 The other top-level keys (``schemaVersion``, ``deviceProperties``, ``distributedInfo``,
 ``baseTimeNanoseconds``, ``traceName``, ...) are kept, in order, as one JSON object in the file's
@@ -40,18 +43,16 @@ never imports it.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
 
-from polyprof._log import get_logger
-from polyprof.chrome_reader import TraceFileError, load_chrome_trace
+from polyprof.chrome_reader import StdlibParsedDocument, TraceFileError, load_chrome_trace
 from polyprof.errors import PolyprofError
-from polyprof.fileio import atomic_writer, check_writable_path, is_gzip_path
-
-log = get_logger(__name__)
+from polyprof.fileio import atomic_writer, check_writable_path
 
 #: The value of ``polyprof.format`` in the files' metadata; bumped when a column changes meaning.
 FORMAT = "polyprof-chrome-columns/1"
@@ -67,10 +68,8 @@ JSON_SUFFIXES = (".json", ".json.gz")
 DEFAULT_COMPRESSION = "zstd"
 COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")
 
-_STRING_KEYS = ("ph", "cat", "name")
 #: Keys that are numbers or strings: (key, number column, string column).
 _INT_OR_LABEL_KEYS = (("pid", "pid_label"), ("tid", "tid_label"), ("id", "id_label"))
-_TIME_KEYS = ("ts", "dur")
 COLUMNS = (
     "ph",
     "cat",
@@ -99,6 +98,7 @@ def pyarrow_modules() -> tuple[Any, Any]:
     """``(pyarrow, pyarrow.parquet)``, or a ``ParquetUnavailableError`` saying how to install them."""
     try:
         import pyarrow
+        import pyarrow.compute
         import pyarrow.parquet
     except ImportError as exc:
         raise ParquetUnavailableError(
@@ -117,8 +117,48 @@ def _is_time(value: Any) -> bool:
     return kind is float or (kind is int and -_EXACT_IN_DOUBLE <= value <= _EXACT_IN_DOUBLE)
 
 
-def _columns_of(events: list[Any]) -> dict[str, list[Any]]:
-    """The column lists of ``events``: each key in its typed column when its value fits, else in extra."""
+def _orjson_text(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _stdlib_text(value: Any) -> str:
+    # ASCII escapes keep lone surrogates valid in a UTF-8 column; NaN and Infinity as Python writes them
+    return json.dumps(value, allow_nan=True, separators=(",", ":"))
+
+
+def _encoder_for(doc: Mapping[str, Any]) -> Callable[[Any], str]:
+    return _stdlib_text if isinstance(doc, StdlibParsedDocument) else _orjson_text
+
+
+class _Decoder:
+    """JSON text to values; remembers whether any needed Python's parser (what ``_stdlib_text`` wrote)."""
+
+    def __init__(self) -> None:
+        self.used_stdlib = False
+
+    def __call__(self, text: str | bytes) -> Any:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            self.used_stdlib = True
+            return json.loads(text)  # NaN, integers past 64 bits, escaped lone surrogates
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate, which only Python's parser reads
+        return False
+    return True
+
+
+def _columns_of(
+    events: list[Any], dumps: Callable[[Any], str] = _orjson_text, *, stdlib_parsed: bool = False
+) -> dict[str, list[Any]]:
+    """The column lists of ``events``: each key in its typed column when its value fits, else in extra.
+
+    ``stdlib_parsed``: strings may hold lone surrogates, which no UTF-8 column holds; those go to extra.
+    """
     n = len(events)
     columns: dict[str, list[Any]] = {name: [None] * n for name in COLUMNS}
     ph, cat, name = columns["ph"], columns["cat"], columns["name"]
@@ -127,7 +167,6 @@ def _columns_of(events: list[Any]) -> dict[str, list[Any]]:
     labels = {key: columns[label] for key, label in _INT_OR_LABEL_KEYS}
     strings = {"ph": ph, "cat": cat, "name": name}
     times = {"ts": ts, "dur": dur}
-    dumps = orjson.dumps
     for row, event in enumerate(events):
         if type(event) is not dict:
             raise ValueError(f"traceEvents[{row}] is not a JSON object but {type(event).__name__}")
@@ -135,7 +174,7 @@ def _columns_of(events: list[Any]) -> dict[str, list[Any]]:
         for key, value in event.items():
             column = strings.get(key)
             if column is not None:
-                if type(value) is str:
+                if type(value) is str and (not stdlib_parsed or _is_utf8(value)):
                     column[row] = value
                     continue
             elif key in times:
@@ -146,17 +185,17 @@ def _columns_of(events: list[Any]) -> dict[str, list[Any]]:
                 if _is_int64(value):
                     numbers[key][row] = value
                     continue
-                if type(value) is str:
+                if type(value) is str and (not stdlib_parsed or _is_utf8(value)):
                     labels[key][row] = value
                     continue
             elif key == "args":
-                args[row] = dumps(value).decode()
+                args[row] = dumps(value)
                 continue
             if rest is None:
                 rest = {}
             rest[key] = value
         if rest is not None:
-            extra[row] = dumps(rest).decode()
+            extra[row] = dumps(rest)
     return columns
 
 
@@ -203,11 +242,12 @@ def table_from_chrome(doc: Mapping[str, Any]) -> Any:
     keys = list(doc)
     top_level = {key: value for key, value in doc.items() if key != "traceEvents"}
     position = keys.index("traceEvents") if "traceEvents" in doc else len(keys)
-    columns = _columns_of(events)
+    dumps = _encoder_for(doc)
+    columns = _columns_of(events, dumps, stdlib_parsed=dumps is _stdlib_text)
     schema = _schema(pa).with_metadata(
         {
             FORMAT_KEY: FORMAT.encode(),
-            TOP_LEVEL_KEY: orjson.dumps(top_level),
+            TOP_LEVEL_KEY: dumps(top_level).encode(),
             EVENTS_POSITION_KEY: str(position).encode(),
             **_rank_facts(top_level),
         }
@@ -231,14 +271,26 @@ def _check_format(table: Any, where: str) -> dict[bytes, bytes]:
 
 
 def chrome_from_table(table: Any, *, where: str = "the table") -> dict[str, Any]:
-    """The Chrome trace document of a table that ``table_from_chrome`` made (or read back from Parquet)."""
+    """The Chrome trace document of a table that ``table_from_chrome`` made (or read back from Parquet).
+
+    :raises ValueError: the table is not a polyprof Parquet trace, or a value in it is damaged.
+    """
+    try:
+        return _document_of(table, where)
+    except (TypeError, AttributeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{where} holds a damaged value: {type(exc).__name__}: {exc}") from exc
+
+
+def _document_of(table: Any, where: str) -> dict[str, Any]:
     metadata = _check_format(table, where)
-    doc: dict[str, Any] = orjson.loads(metadata.get(TOP_LEVEL_KEY, b"{}"))
+    loads = _Decoder()
+    doc = loads(metadata.get(TOP_LEVEL_KEY, b"{}"))
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where}: its top-level keys are not a JSON object but {type(doc).__name__}")
     missing = [name for name in COLUMNS if name not in table.column_names]
     if missing:
         raise ValueError(f"{where} lacks the columns {missing}; a polyprof Parquet trace has {list(COLUMNS)}")
     data = {name: table.column(name).to_pylist() for name in COLUMNS}
-    loads = orjson.loads
     rows = zip(*(data[name] for name in COLUMNS), strict=True)
     events: list[dict[str, Any]] = []
     for ph, cat, name, pid, pid_label, tid, tid_label, ts, dur, id_, id_label, args, extra in rows:
@@ -274,7 +326,14 @@ def chrome_from_table(table: Any, *, where: str = "the table") -> dict[str, Any]
     items = list(doc.items())
     if not 0 <= position <= len(items):
         position = len(items)
-    return dict([*items[:position], ("traceEvents", events), *items[position:]])
+    ordered = [*items[:position], ("traceEvents", events), *items[position:]]
+    pa, _ = pyarrow_modules()
+    special_times = any(
+        pa.compute.any(pa.compute.invert(pa.compute.is_finite(table.column(name)))).as_py()
+        for name in ("ts", "dur")
+    )
+    # orjson would write NaN and infinities as null: such a document is written with Python's encoder
+    return StdlibParsedDocument(ordered) if loads.used_stdlib or special_times else dict(ordered)
 
 
 def check_compression(compression: str) -> str:
@@ -329,15 +388,20 @@ def read_trace_document(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The Chrome trace document of a ``.json``, ``.json.gz`` or ``.parquet`` trace file."""
     path = os.fspath(path)
     if is_parquet_path(path):
-        return chrome_from_table(read_parquet_table(path), where=path)
+        table = read_parquet_table(path)
+        try:
+            return chrome_from_table(table, where=path)
+        except ValueError as exc:
+            raise TraceFileError(path, f"not a readable polyprof Parquet trace: {exc}") from exc
     return load_chrome_trace(path)
 
 
 def write_json_trace(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> str:
     """Write a Chrome trace document as JSON (gzip for ``.gz``), atomically."""
     path = check_writable_path(path)
+    text = _stdlib_text(doc).encode() if isinstance(doc, StdlibParsedDocument) else orjson.dumps(doc)
     with atomic_writer(path, binary=True) as out:
-        out.write(orjson.dumps(doc))
+        out.write(text)
     return path
 
 
@@ -346,8 +410,8 @@ __all__ = [
     "DEFAULT_COMPRESSION",
     "FORMAT",
     "ParquetUnavailableError",
+    "check_compression",
     "chrome_from_table",
-    "is_gzip_path",
     "is_json_trace_path",
     "is_parquet_path",
     "pyarrow_modules",

@@ -67,6 +67,7 @@ TRACE_ONLY_EVENTS_ERROR = (
     "events() is not available when trace_only=True in ExperimentalConfig. Use export_chrome_trace() instead."
 )
 
+
 class NoActivitiesError(PolyprofError, ValueError, AssertionError):
     """``activities`` names no activity to record.
 
@@ -533,11 +534,11 @@ class profile:  # noqa: N801 - torch's name
         for flag in CONFIG_FLAG_KEYS:
             if getattr(self, flag):
                 self._cycle_metadata[flag] = "1"
-        self.note_distributed_info()
+        self._note_distributed_info()
         self._cycle_metadata.update(self.preset_metadata)
         self._lifecycle.start()
 
-    def note_distributed_info(self) -> None:
+    def _note_distributed_info(self) -> None:
         """Put the process group's facts in this cycle's trace as ``distributedInfo``, unless they are.
 
         As torch, at the start of each cycle; polyprof also at its end, for a group that came up
@@ -548,7 +549,8 @@ class profile:  # noqa: N801 - torch's name
             return
         dist_info = distributed_info()
         if dist_info is not None:
-            self._cycle_metadata["distributedInfo"] = json.dumps(dist_info)
+            # numpy numbers as numbers, as torch's _NumpyEncoder writes them
+            self._cycle_metadata["distributedInfo"] = json.dumps(dist_info, default=_json_number)
 
     def stop_trace(self) -> None:
         if self.execution_trace_observer is not None:
@@ -563,7 +565,7 @@ class profile:  # noqa: N801 - torch's name
         if not self._lifecycle.recording:
             return
         self._prepared = False
-        self.note_distributed_info()
+        self._note_distributed_info()
         trace = self._lifecycle.stop(metadata_json=self._cycle_metadata, trace_id=self._trace_id or "")
         if self.acc_events:
             self._traces.append(trace)
@@ -855,6 +857,14 @@ def _check_json(key: str, value: str) -> None:
         json.loads(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"metadata value for {key!r} is not valid JSON: {value!r} ({exc})") from None
+
+
+def _json_number(value: Any) -> Any:
+    """torch's ``_NumpyEncoder``: numpy scalars as numbers, arrays as lists."""
+    tolist = getattr(value, "tolist", None)
+    if tolist is None:
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    return tolist()
 
 
 def _stop_and_save(p: profile) -> None:

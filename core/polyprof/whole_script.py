@@ -157,15 +157,20 @@ class WholeScriptProfile:
 
         @functools.wraps(destroy)
         def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
-            if self._active and not args and not kwargs.get("group"):  # the default group only
+            # Any group: the default one is still up while a subgroup goes, and noting is idempotent.
+            if self._active:
                 try:
-                    self.profile.note_distributed_info()
+                    self.profile._note_distributed_info()
                 except Exception:  # the script's teardown must go on
                     log.warning("whole_script_distributed_info_failed", exc_info=True)
             return destroy(*args, **kwargs)
 
+        def restore() -> None:
+            if dist.destroy_process_group is destroy_process_group:  # not if the script replaced it since
+                dist.destroy_process_group = destroy
+
         dist.destroy_process_group = destroy_process_group
-        self._restore_destroy = lambda: setattr(dist, "destroy_process_group", destroy)
+        self._restore_destroy = restore
 
     def _end(self, *, discard: bool) -> None:
         self._active = False

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from polyprof.columnar import DEFAULT_COMPRESSION, pyarrow_modules, write_parquet_trace
+from polyprof.columnar import DEFAULT_COMPRESSION, check_compression, pyarrow_modules, write_parquet_trace
 from polyprof.components import Capabilities, Exporter
 from polyprof.config import ProfileConfig
 from polyprof.fileio import check_writable_path
@@ -40,10 +40,13 @@ class ParquetTraceExporter(Exporter):
                 f"unknown option(s) {unknown} for the {EXPORTER_NAME!r} exporter; "
                 f"valid options: {list(VALID_OPTIONS)}"
             )
+        compression = check_compression(options.get("compression", DEFAULT_COMPRESSION))
         path = check_writable_path(path)
         pyarrow_modules()  # fail before the trace is rendered when pyarrow is missing
+        # The chrome exporter's own text, parsed: the file holds exactly its trace (memory: the text,
+        # the document and the columns at once, several times the chrome export's peak)
         doc = orjson.loads(chrome_trace_bytes(trace, path))
-        return write_parquet_trace(doc, path, compression=options.get("compression", DEFAULT_COMPRESSION))
+        return write_parquet_trace(doc, path, compression=compression)
 
 
 @hookimpl(trylast=True)

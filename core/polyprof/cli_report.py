@@ -74,6 +74,7 @@ import attrs
 from polyprof._log import get_logger
 from polyprof.chrome_reader import TraceFileError, max_bytes_from_env, read_chrome_trace, trace_from_chrome
 from polyprof.columnar import is_parquet_path, read_trace_document
+from polyprof.errors import PolyprofError
 from polyprof.results import ProfileResults
 from polyprof.table import VALID_SORT_KEYS, VALID_TIME_UNITS, TimeShareError
 from polyprof.tree import use_device_for
@@ -267,7 +268,15 @@ def add_report_command(subparsers: Any) -> None:
         ),
         epilog=f"Sort keys: {', '.join(VALID_SORT_KEYS)}.",
     )
-    parser.add_argument("trace", metavar="TRACE", help="the trace file (.json, .json.gz or .parquet)")
+    parser.add_argument(
+        "trace",
+        metavar="TRACE",
+        nargs="+",
+        help=(
+            "the trace file (.json, .json.gz or .parquet); a directory or several traces: the report "
+            "across the ranks of a distributed run"
+        ),
+    )
     parser.add_argument(
         "--sort-by",
         metavar="KEY",
@@ -301,11 +310,16 @@ def add_report_command(subparsers: Any) -> None:
         action="store_true",
         help="only ops that have no CPU parent (torch's top_level_events_only)",
     )
+    from polyprof.cli_rank_report import add_rank_report_arguments  # it builds on this module
+
+    add_rank_report_arguments(parser)
     parser.set_defaults(handler=run_report_command)
 
 
 def run_report_command(args: argparse.Namespace) -> int:
     """Print the table of ``args.trace``; one line on stderr and exit 2 when the file is unusable."""
+    from polyprof.cli_rank_report import is_many_rank_request, run_rank_report
+
     options = ReportOptions(
         sort_by=args.sort_by,
         row_limit=args.row_limit,
@@ -318,6 +332,13 @@ def run_report_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"{_PROG}: error: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if is_many_rank_request(args.trace):
+        try:
+            return run_rank_report(args, options)
+        except (PolyprofError, ValueError) as exc:
+            print(f"{_PROG}: error: {terminal_safe(str(exc))}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    (args.trace,) = args.trace
     try:
         results = load_report_results(args.trace, max_bytes=max_bytes)
     except TraceFileError as exc:

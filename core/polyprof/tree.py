@@ -81,6 +81,7 @@ __all__ = [
     "MergedTrace",
     "PostProcessingRules",
     "filter_stack_entry",
+    "nesting_parents",
     "post_processing_rules",
     "python_sum_by_segment",
     "rewrite_name",
@@ -467,6 +468,22 @@ def _populate_parents(
     has = found >= 0
     parent[rows[has]] = rows[found[has]]
     return parent
+
+
+def nesting_parents(start: np.ndarray, end: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    """torch's parent of each row (``_populate_cpu_children``), rows given in ``[start, -end]`` order.
+
+    ``start`` and ``end`` are integers (nanoseconds); ``lane`` groups the rows that nest (a thread).
+    Returns each row's parent row, or -1. The many-rank report (``polyprof.rank_analysis``) uses
+    it on the rows DuckDB sorts, so its self times are those of ``EventTree``.
+    """
+    n = len(start)
+    if n < 2:
+        return np.full(n, -1, dtype=np.int64)
+    threshold = np.where(end > start, end, start + 1)  # a row of no length is no one's parent
+    first = np.r_[True, lane[1:] != lane[:-1]]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    return _previous_reaching(end, threshold, group_start)
 
 
 def _chain_top(link: np.ndarray) -> np.ndarray:

@@ -1,0 +1,94 @@
+"""``polyprof report DIR`` (or several traces): the report across the ranks of a distributed run.
+
+``polyprof report`` with one trace file prints that trace's table (``polyprof.cli_report``); with a
+directory, or more than one path, it reads every trace there (``.json``, ``.json.gz``,
+``.parquet``, mixed), keeps one per rank of one run (``polyprof.rank_set``), computes per-rank rows
+on DuckDB over Parquet files (``polyprof.rank_analysis``) and prints the statistics across ranks
+(``polyprof.rank_report``). JSON traces are converted to Parquet first, one at a time, into
+``--parquet-dir`` (kept there: report on that directory next time to skip the conversion) or a
+temporary directory (removed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import orjson
+
+from polyprof.cli_report import ReportOptions, load_report_results, render_report
+from polyprof.rank_analysis import duckdb_rank_rows
+from polyprof.rank_report import build_rank_report, render_text, report_json
+from polyprof.rank_set import collect_rank_set, temporary_parquet_dir
+
+FORMATS = ("text", "json")
+ENGINES = ("duckdb",)
+
+
+def is_many_rank_request(paths: list[str]) -> bool:
+    return len(paths) > 1 or (len(paths) == 1 and os.path.isdir(paths[0]))
+
+
+def add_rank_report_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("many ranks (a directory, or several traces)")
+    group.add_argument("--format", choices=FORMATS, default="text", help="text (default) or json")
+    group.add_argument(
+        "--per-rank", action="store_true", help="also print each rank's own table (its key_averages)"
+    )
+    group.add_argument(
+        "--straggler-threshold",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="a rank whose step time is this much above the median rank's is a straggler (default 0.10)",
+    )
+    group.add_argument(
+        "--engine", choices=ENGINES, default="duckdb", help="the analysis engine (default duckdb)"
+    )
+    group.add_argument(
+        "--memory-limit", metavar="SIZE", help="DuckDB's memory limit, e.g. 2GB (past it, it spills to disk)"
+    )
+    group.add_argument(
+        "--parquet-dir",
+        metavar="DIR",
+        help="keep the Parquet traces made from JSON ones here (default: a temporary directory)",
+    )
+
+
+def run_rank_report(args: argparse.Namespace, options: ReportOptions) -> int:
+    from polyprof.rank_report import DEFAULT_STRAGGLER_THRESHOLD
+
+    threshold = DEFAULT_STRAGGLER_THRESHOLD if args.straggler_threshold is None else args.straggler_threshold
+    if args.parquet_dir:
+        return _report(args, options, threshold, args.parquet_dir)
+    with temporary_parquet_dir() as folder:
+        return _report(args, options, threshold, folder)
+
+
+def _report(args: argparse.Namespace, options: ReportOptions, threshold: float, parquet_dir: str) -> int:
+    rank_set = collect_rank_set(list(args.trace), parquet_dir)
+    rows = duckdb_rank_rows(rank_set, memory_limit=args.memory_limit)
+    report = build_rank_report(rank_set, rows, straggler_threshold=threshold)
+    for skipped in rank_set.skipped:
+        print(f"polyprof report: skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
+    if args.format == "json":
+        data: dict[str, Any] = report_json(report)
+        if args.per_rank:
+            data["per_rank_tables"] = {str(r.rank): _rank_table(r.parquet, options) for r in rank_set.ranks}
+        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    sys.stdout.write(render_text(report, row_limit=options.row_limit))
+    if args.per_rank:
+        for r in rank_set.ranks:
+            sys.stdout.write(f"\nRank {r.rank} ({r.source}):\n{_rank_table(r.parquet, options)}")
+    sys.stdout.flush()
+    return 0
+
+
+def _rank_table(parquet: str, options: ReportOptions) -> str:
+    return render_report(load_report_results(parquet), options)
+
+
+__all__ = ["add_rank_report_arguments", "is_many_rank_request", "run_rank_report"]

@@ -1,0 +1,241 @@
+"""Cross-rank analysis of Parquet traces on DuckDB: ops, kernels and steps of every rank.
+
+The queries run inside DuckDB over the ranks' Parquet files (``polyprof.columnar``); DuckDB
+streams them and spills to disk past its memory limit, so a run larger than memory is analysed
+with bounded memory. What comes out is small: one row per (rank, op), (rank, kernel), (rank, step).
+
+**Ops** are a rank's host events (``ph`` ``X``; categories ``cpu_op``, ``user_annotation``,
+``python_function``, ``overhead`` and ``*_runtime`` / ``*_driver``), without the names torch's
+``_filter_name`` drops, named as torch's ``key_averages`` names them (``ProfilerStep#N`` is
+``ProfilerStep*``). Per rank and name: calls, CPU total (sum of durations) and self CPU (each
+event's duration less its children's), as torch's ``EventList`` computes them:
+
+* DuckDB filters and sorts one rank's host rows at a time into torch's order per thread (process
+  and thread, start, longer first, file order); an event's parent is then what torch's stack walk
+  (``_populate_cpu_children``) gives, ranges that overlap without nesting included
+  (``polyprof.tree.nesting_parents``, the function polyprof's own tree uses);
+* torch's ``_remove_dup_nodes`` folds an event into its parent when the parent has the same name
+  and no other child: such events do not count as calls nor in CPU total, and since they share the
+  name their self time stays in the name's self total.
+
+Times are read exactly: ``ts`` with three decimals as the JSON has it (``decimal(38, 3)``), to
+integer nanoseconds. The differential tests compare every (rank, op) with polyprof's
+``key_averages`` of that rank's trace, which matches torch's table.
+
+**Kernels** are device events (categories ``kernel``, ``gpu_memcpy``, ``gpu_memset``): per rank and
+name, count and total duration. **Steps** are ``ProfilerStep#N`` annotations: per rank and step,
+the duration.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from polyprof.errors import PolyprofError
+from polyprof.rank_set import RankSet
+from polyprof.tree import FILTERED_NAMES, nesting_parents
+
+_STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+
+
+class EngineUnavailableError(PolyprofError, ImportError):
+    """The analysis engine asked for is not installed."""
+
+
+def duckdb_module() -> Any:
+    try:
+        import duckdb
+    except ImportError as exc:
+        raise EngineUnavailableError(
+            "the many-rank report needs DuckDB, which is not installed: pip install 'polyprof[analysis]' "
+            f"({exc})"
+        ) from exc
+    return duckdb
+
+
+@attrs.frozen
+class RankOp:
+    """One op name on one rank."""
+
+    rank: int
+    name: str
+    calls: int
+    self_us: float
+    total_us: float
+
+
+@attrs.frozen
+class RankKernel:
+    rank: int
+    name: str
+    category: str
+    calls: int
+    total_us: float
+
+
+@attrs.frozen
+class RankStep:
+    rank: int
+    step: int
+    duration_us: float
+
+
+@attrs.frozen
+class RankRows:
+    """What the engine computes: the per-rank rows everything else is derived from."""
+
+    ops: tuple[RankOp, ...]
+    kernels: tuple[RankKernel, ...]
+    steps: tuple[RankStep, ...]
+
+
+_HOST_CATEGORIES = ("cpu_op", "operator", "user_annotation", "python_function", "overhead")
+_DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _sql_list(values: Sequence[str]) -> str:
+    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+
+
+def _events_sql(files: Sequence[tuple[str, int]]) -> str:
+    """Every rank's events with its rank: the files' rows joined to (filename, rank)."""
+    paths = ", ".join("'" + path.replace("'", "''") + "'" for path, _ in files)
+    ranks = ", ".join(f"('{path.replace(chr(39), chr(39) * 2)}', {rank})" for path, rank in files)
+    return f"""
+        select r.rank, e.* exclude (filename), row_number() over (partition by r.rank) as rid
+        from read_parquet([{paths}], filename = true) e
+        join (values {ranks}) r(filename, rank) on e.filename = r.filename
+    """
+
+
+_NS = "cast(cast({col} as decimal(38, 3)) * 1000 as bigint)"
+
+
+def _host_rows_sql(events: str, rank: int) -> str:
+    """One rank's host rows, per thread in torch's order: start, longer first, file order."""
+    host = (
+        f"cat in ({_sql_list(_HOST_CATEGORIES)}) "
+        "or cat like '%\\_runtime' escape '\\' or cat like '%\\_driver' escape '\\'"
+    )
+    return f"""
+    with events as ({events})
+    select name, coalesce(pid, 0) as pid, coalesce(tid, 0) as tid,
+           {_NS.format(col="ts")} as s, {_NS.format(col="dur")} as d
+    from events
+    where rank = {int(rank)} and ph = 'X' and ({host}) and name is not null
+      and ts is not null and dur is not null and isfinite(ts) and isfinite(dur) and dur >= 0
+      and name not in ({_sql_list(sorted(FILTERED_NAMES))})
+    order by pid, tid, s, d desc, rid
+    """
+
+
+def _ops_of_rank(rank: int, columns: dict[str, Any]) -> list[RankOp]:
+    """Calls, CPU total and self CPU per name of one rank's sorted host rows (see the module notes)."""
+    names = columns["name"]
+    n = len(names)
+    if n == 0:
+        return []
+    codes, table = _codes(names)
+    pid, tid = np.asarray(columns["pid"], np.int64), np.asarray(columns["tid"], np.int64)
+    start, duration = np.asarray(columns["s"], np.int64), np.asarray(columns["d"], np.int64)
+    lane = np.unique(np.stack([pid, tid]), axis=1, return_inverse=True)[1].reshape(-1)
+    parent = nesting_parents(start, start + duration, lane)
+    has = parent >= 0
+    children_ns = np.zeros(n, np.int64)
+    np.add.at(children_ns, parent[has], duration[has])
+    child_count = np.bincount(parent[has], minlength=n)
+    # torch's _remove_dup_nodes: the only child of a same-named parent folds into it
+    folded = np.zeros(n, bool)
+    folded[has] = (child_count[parent[has]] == 1) & (codes[parent[has]] == codes[has])
+    self_ns = duration - children_ns
+    kept = ~folded
+    calls = np.bincount(codes[kept], minlength=len(table))
+    total_ns = np.zeros(len(table), np.int64)
+    np.add.at(total_ns, codes[kept], duration[kept])
+    self_by_name = np.zeros(len(table), np.int64)
+    np.add.at(self_by_name, codes, self_ns)
+    by_key: dict[str, list[int]] = {}
+    for code, name in enumerate(table):
+        entry = by_key.setdefault(_STEP_NAME.sub("ProfilerStep*", name), [0, 0, 0])
+        entry[0] += int(calls[code])
+        entry[1] += int(self_by_name[code])
+        entry[2] += int(total_ns[code])
+    return [
+        RankOp(rank=rank, name=key, calls=c, self_us=self_ns_ / 1000.0, total_us=total / 1000.0)
+        for key, (c, self_ns_, total) in sorted(by_key.items())
+        if c > 0
+    ]
+
+
+def _codes(names: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    lookup: dict[str, int] = {}
+    codes = np.fromiter((lookup.setdefault(name, len(lookup)) for name in names), np.int64, len(names))
+    return codes, list(lookup)
+
+
+def _kernels_sql(events: str) -> str:
+    return f"""
+    with events as ({events})
+    select rank, name, cat, count(*) as calls, sum({_NS.format(col="dur")}) / 1000.0 as total_us
+    from events
+    where ph = 'X' and cat in ({_sql_list(_DEVICE_CATEGORIES)}) and name is not null
+      and dur is not null and isfinite(dur)
+    group by all
+    order by rank, name, cat
+    """
+
+
+def _steps_sql(events: str) -> str:
+    return f"""
+    with events as ({events})
+    select rank, cast(regexp_extract(name, '^ProfilerStep#([0-9]+)$', 1) as bigint) as step,
+           sum({_NS.format(col="dur")}) / 1000.0 as duration_us
+    from events
+    where ph = 'X' and regexp_matches(name, '^ProfilerStep#[0-9]+$') and dur is not null and isfinite(dur)
+    group by all
+    order by rank, step
+    """
+
+
+def duckdb_rank_rows(
+    rank_set: RankSet, *, memory_limit: str | None = None, temp_dir: str | None = None
+) -> RankRows:
+    """The per-rank rows of ``rank_set``, computed by DuckDB over its Parquet files.
+
+    :param memory_limit: DuckDB's ``memory_limit`` (e.g. ``"2GB"``); past it DuckDB spills to
+        ``temp_dir``. Default: DuckDB's (80% of the machine's memory).
+    """
+    duckdb = duckdb_module()
+    files = [(r.parquet, r.rank) for r in rank_set.ranks]
+    events = _events_sql(files)
+    config: dict[str, Any] = {}
+    if memory_limit is not None:
+        config["memory_limit"] = memory_limit
+    if temp_dir is not None:
+        config["temp_directory"] = temp_dir
+    with duckdb.connect(config=config) as connection:
+        ops: list[RankOp] = []
+        for trace in rank_set.ranks:  # one rank's rows in memory at a time
+            rows = connection.sql(_host_rows_sql(events, trace.rank)).fetchnumpy()
+            ops.extend(
+                _ops_of_rank(trace.rank, {k: (v.tolist() if k == "name" else v) for k, v in rows.items()})
+            )
+        kernels = tuple(RankKernel(*row) for row in connection.sql(_kernels_sql(events)).fetchall())
+        steps = tuple(RankStep(*row) for row in connection.sql(_steps_sql(events)).fetchall())
+    return RankRows(ops=tuple(ops), kernels=kernels, steps=steps)
+
+
+__all__ = [
+    "EngineUnavailableError",
+    "RankKernel",
+    "RankOp",
+    "RankRows",
+    "RankStep",
+    "duckdb_module",
+    "duckdb_rank_rows",
+]

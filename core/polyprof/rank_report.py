@@ -1,0 +1,358 @@
+"""The many-rank report: statistics across ranks from the engine's per-rank rows, as text or JSON.
+
+``build_rank_report(rank_set, rows)`` turns ``RankRows`` (``polyprof.rank_analysis``) into:
+
+* **ops across ranks**: per op name, how many ranks ran it, calls, and the mean, minimum, maximum
+  and standard deviation over ranks of its self CPU time and its CPU total (a rank that never ran
+  the op counts as 0; the standard deviation is the population one, over the ranks of the run),
+  and the slowest rank (the largest CPU total; the lowest rank on a tie);
+* **kernels across ranks** (device activity): the same over each kernel's total time;
+* **steps**: each rank's ``ProfilerStep#N`` durations (count, mean, median, min, max) and its
+  step-time ratio: for every step all ranks ran, the rank's duration over the median of the
+  ranks' durations, then the median of those ratios over the steps;
+* **stragglers**: ranks whose step-time ratio is at least ``1 + threshold``
+  (``DEFAULT_STRAGGLER_THRESHOLD``: 10% slower than the median rank, step by step);
+* **the step-time distribution**: percentiles of all ranks' step durations.
+
+``render_text`` prints it; ``report_json`` gives it as plain data (``polyprof report --format
+json``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from polyprof.rank_analysis import RankRows
+from polyprof.rank_set import RankSet
+from polyprof.table import format_time
+
+#: A rank is a straggler when its step-time ratio is at least 1 + this.
+DEFAULT_STRAGGLER_THRESHOLD = 0.10
+PERCENTILES = (50, 90, 99)
+
+
+@attrs.frozen
+class Spread:
+    """A quantity over the ranks of the run."""
+
+    mean: float
+    min: float
+    max: float
+    stddev: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        return cls(
+            mean=statistics.fmean(values),
+            min=min(values),
+            max=max(values),
+            stddev=statistics.pstdev(values) if len(values) > 1 else 0.0,
+        )
+
+
+@attrs.frozen
+class OpAcrossRanks:
+    name: str
+    ranks: int
+    calls: int
+    self_us: Spread
+    total_us: Spread
+    slowest_rank: int
+
+
+@attrs.frozen
+class KernelAcrossRanks:
+    name: str
+    category: str
+    ranks: int
+    calls: int
+    total_us: Spread
+    slowest_rank: int
+
+
+@attrs.frozen
+class RankSteps:
+    rank: int
+    steps: int
+    mean_us: float
+    median_us: float
+    min_us: float
+    max_us: float
+    #: The median over steps of (this rank's step time / the median rank's); None without shared steps.
+    ratio: float | None
+
+
+@attrs.frozen
+class RankReport:
+    rank_set: RankSet
+    ops: tuple[OpAcrossRanks, ...]
+    kernels: tuple[KernelAcrossRanks, ...]
+    steps: tuple[RankSteps, ...]
+    straggler_threshold: float
+    stragglers: tuple[int, ...]
+    #: Percentile -> step duration in µs over every rank's steps; empty without steps.
+    step_percentiles: tuple[tuple[int, float], ...]
+
+
+def _across(
+    rows: Iterable[Any], ranks: Sequence[int], key: Any, value_names: Sequence[str]
+) -> dict[Any, tuple[dict[int, Any], dict[str, list[float]]]]:
+    grouped: dict[Any, dict[int, Any]] = defaultdict(dict)
+    for row in rows:
+        grouped[key(row)][row.rank] = row
+    out = {}
+    for k, by_rank in grouped.items():
+        values = {
+            name: [float(getattr(by_rank[r], name)) if r in by_rank else 0.0 for r in ranks]
+            for name in value_names
+        }
+        out[k] = (by_rank, values)
+    return out
+
+
+def _slowest(ranks: Sequence[int], totals: Sequence[float]) -> int:
+    return min((-total, rank) for rank, total in zip(ranks, totals, strict=True))[1]
+
+
+def _percentile(sorted_values: Sequence[float], p: int) -> float:
+    """Linear interpolation between closest ranks (numpy's default, the 'linear' method)."""
+    position = (len(sorted_values) - 1) * p / 100
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+def _rank_steps(rows: RankRows, ranks: Sequence[int]) -> tuple[RankSteps, ...]:
+    by_rank: dict[int, dict[int, float]] = defaultdict(dict)
+    for step in rows.steps:
+        by_rank[step.rank][step.step] = step.duration_us
+    shared = (
+        set.intersection(*(set(by_rank[r]) for r in ranks)) if all(r in by_rank for r in ranks) else set()
+    )
+    medians = {s: statistics.median(by_rank[r][s] for r in ranks) for s in shared}
+    out = []
+    for rank in ranks:
+        durations = by_rank.get(rank)
+        if not durations:
+            continue
+        ratios = [durations[s] / medians[s] for s in sorted(shared) if medians[s] > 0]
+        values = list(durations.values())
+        out.append(
+            RankSteps(
+                rank=rank,
+                steps=len(values),
+                mean_us=statistics.fmean(values),
+                median_us=statistics.median(values),
+                min_us=min(values),
+                max_us=max(values),
+                ratio=statistics.median(ratios) if ratios else None,
+            )
+        )
+    return tuple(out)
+
+
+def build_rank_report(
+    rank_set: RankSet, rows: RankRows, *, straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD
+) -> RankReport:
+    if not straggler_threshold >= 0:
+        raise ValueError(f"the straggler threshold must be 0 or more, not {straggler_threshold!r}")
+    ranks = [r.rank for r in rank_set.ranks]
+    ops = []
+    for name, (by_rank, values) in _across(
+        rows.ops, ranks, lambda r: r.name, ("self_us", "total_us")
+    ).items():
+        ops.append(
+            OpAcrossRanks(
+                name=name,
+                ranks=len(by_rank),
+                calls=sum(r.calls for r in by_rank.values()),
+                self_us=Spread.of(values["self_us"]),
+                total_us=Spread.of(values["total_us"]),
+                slowest_rank=_slowest(ranks, values["total_us"]),
+            )
+        )
+    ops.sort(key=lambda op: (-op.self_us.mean, op.name))
+    kernels = []
+    kernel_groups = _across(rows.kernels, ranks, lambda r: (r.name, r.category), ("total_us",))
+    for (name, category), (by_rank, values) in kernel_groups.items():
+        kernels.append(
+            KernelAcrossRanks(
+                name=name,
+                category=category,
+                ranks=len(by_rank),
+                calls=sum(r.calls for r in by_rank.values()),
+                total_us=Spread.of(values["total_us"]),
+                slowest_rank=_slowest(ranks, values["total_us"]),
+            )
+        )
+    kernels.sort(key=lambda k: (-k.total_us.mean, k.name, k.category))
+    steps = _rank_steps(rows, ranks)
+    stragglers = tuple(s.rank for s in steps if s.ratio is not None and s.ratio >= 1 + straggler_threshold)
+    durations = sorted(step.duration_us for step in rows.steps)
+    percentiles = tuple((p, _percentile(durations, p)) for p in PERCENTILES) if durations else ()
+    return RankReport(
+        rank_set=rank_set,
+        ops=tuple(ops),
+        kernels=tuple(kernels),
+        steps=steps,
+        straggler_threshold=straggler_threshold,
+        stragglers=stragglers,
+        step_percentiles=percentiles,
+    )
+
+
+# ------------------------------------------------------------------ output
+
+
+def report_json(report: RankReport) -> dict[str, Any]:
+    """The report as plain data: every number, times in microseconds."""
+    rank_set = report.rank_set
+    return {
+        "world_size": rank_set.world_size,
+        "backend": rank_set.backend,
+        "ranks_from_traces": rank_set.ranks_from_traces,
+        "ranks": [attrs.asdict(r) for r in rank_set.ranks],
+        "skipped": [attrs.asdict(s) for s in rank_set.skipped],
+        "ops": [attrs.asdict(op) for op in report.ops],
+        "kernels": [attrs.asdict(k) for k in report.kernels],
+        "steps": [attrs.asdict(s) for s in report.steps],
+        "straggler_threshold": report.straggler_threshold,
+        "stragglers": list(report.stragglers),
+        "step_percentiles_us": {f"p{p}": v for p, v in report.step_percentiles},
+    }
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    rule = "-" * len(line(header))
+    return [rule, line(header), rule, *(line(r) for r in rows), rule]
+
+
+def _short(name: str, width: int = 50) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def render_text(report: RankReport, *, row_limit: int = 20) -> str:
+    rank_set = report.rank_set
+    ranks = rank_set.ranks
+    events = sum(r.events for r in ranks)
+    if rank_set.ranks_from_traces:
+        run = f"world size {rank_set.world_size}, backend {rank_set.backend}"
+    else:
+        run = "numbered in file name order: the traces carry no distributedInfo"
+    lines = [f"{len(ranks)} ranks ({run}), {events:,} events"]
+    for s in rank_set.skipped:
+        lines.append(f"skipped {s.path}: {s.reason}")
+    limit = len(report.ops) if row_limit < 0 else min(row_limit, len(report.ops))
+    lines += ["", f"Ops across ranks, by mean self CPU time ({limit} of {len(report.ops)}):"]
+    lines += _table(
+        [
+            "Name",
+            "Ranks",
+            "Calls",
+            "Self CPU mean",
+            "min",
+            "max",
+            "stddev",
+            "CPU total mean",
+            "max",
+            "Slowest rank",
+        ],
+        [
+            [
+                _short(op.name),
+                str(op.ranks),
+                str(op.calls),
+                format_time(op.self_us.mean),
+                format_time(op.self_us.min),
+                format_time(op.self_us.max),
+                format_time(op.self_us.stddev),
+                format_time(op.total_us.mean),
+                format_time(op.total_us.max),
+                str(op.slowest_rank),
+            ]
+            for op in report.ops[:limit]
+        ],
+    )
+    if report.kernels:
+        klimit = len(report.kernels) if row_limit < 0 else min(row_limit, len(report.kernels))
+        lines += [
+            "",
+            f"Device activity across ranks, by mean total time ({klimit} of {len(report.kernels)}):",
+        ]
+        lines += _table(
+            ["Name", "Category", "Ranks", "Calls", "Total mean", "min", "max", "stddev", "Slowest rank"],
+            [
+                [
+                    _short(k.name),
+                    k.category,
+                    str(k.ranks),
+                    str(k.calls),
+                    format_time(k.total_us.mean),
+                    format_time(k.total_us.min),
+                    format_time(k.total_us.max),
+                    format_time(k.total_us.stddev),
+                    str(k.slowest_rank),
+                ]
+                for k in report.kernels[:klimit]
+            ],
+            left=2,
+        )
+    if report.steps:
+        lines += ["", "Steps (ProfilerStep#N) per rank; ratio: step by step against the median rank:"]
+        lines += _table(
+            ["Rank", "Steps", "Mean", "Median", "Min", "Max", "Ratio"],
+            [
+                [
+                    str(s.rank),
+                    str(s.steps),
+                    format_time(s.mean_us),
+                    format_time(s.median_us),
+                    format_time(s.min_us),
+                    format_time(s.max_us),
+                    "-" if s.ratio is None else f"{s.ratio:.3f}",
+                ]
+                for s in report.steps
+            ],
+            left=0,
+        )
+        spread = ", ".join(f"p{p} {format_time(v)}" for p, v in report.step_percentiles)
+        lines.append(f"Step time over all ranks: {spread}")
+        at_least = f"ratio >= {1 + report.straggler_threshold:.2f}"
+        if report.stragglers:
+            named = ", ".join(
+                f"rank {s.rank} ({s.ratio:.2f}x)"
+                for s in report.steps
+                if s.rank in report.stragglers and s.ratio
+            )
+            lines.append(f"Stragglers ({at_least}): {named}")
+        else:
+            lines.append(f"Stragglers ({at_least}): none")
+    else:
+        lines += ["", "Steps: none (no ProfilerStep#N annotations: profile with a schedule and call step())"]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "DEFAULT_STRAGGLER_THRESHOLD",
+    "KernelAcrossRanks",
+    "OpAcrossRanks",
+    "RankReport",
+    "RankSteps",
+    "Spread",
+    "build_rank_report",
+    "render_text",
+    "report_json",
+]

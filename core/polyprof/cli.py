@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from polyprof import __version__
 from polyprof.cli_convert import add_convert_command
+from polyprof.cli_merge import add_merge_command
 from polyprof.cli_report import add_report_command
 from polyprof.cli_run import add_run_command
 from polyprof.errors import PolyprofError
@@ -221,6 +222,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_plugins_command,
     add_report_command,
     add_convert_command,
+    add_merge_command,
     add_run_command,
     add_kineto_reader_command,
 ]

@@ -19,6 +19,14 @@ cd "$ROOT"
 # plugins_cuda/tests/test_cuda_hta.py (HTA 0.5 needs pandas < 3).
 pip_install -e plugins_cuda -e plugins_xpu "HolisticTraceAnalysis>=0.5" "pandas<3"
 
+# Chromium, Debian's package, for the browser test of the HTML report (tests/test_rank_report_html.py;
+# skipped without it). About 30 s where the package index is reachable.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 \
+        || { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends chromium >/dev/null 2>&1; } \
+        || echo "scripts/test.sh: could not install chromium; the HTML report's browser test is skipped" >&2
+fi
+
 # Lint first (the lint extra pins both; configuration in pyproject.toml): a finding fails the run
 # before any test runs. mypy takes about 20 s without its cache (.mypy_cache), ruff under 1 s.
 lint_started=$SECONDS

@@ -19,11 +19,13 @@ from typing import Any
 import orjson
 
 from polyprof.cli_report import ReportOptions, load_report_results, render_report
+from polyprof.fileio import atomic_writer
 from polyprof.rank_analysis import duckdb_rank_rows
 from polyprof.rank_report import build_rank_report, render_text, report_json
+from polyprof.rank_report_html import render_html
 from polyprof.rank_set import collect_rank_set, temporary_parquet_dir
 
-FORMATS = ("text", "json")
+FORMATS = ("text", "json", "html")
 ENGINES = ("duckdb",)
 
 
@@ -33,7 +35,15 @@ def is_many_rank_request(paths: list[str]) -> bool:
 
 def add_rank_report_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("many ranks (a directory, or several traces)")
-    group.add_argument("--format", choices=FORMATS, default="text", help="text (default) or json")
+    group.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="text (default), json, or html (one self-contained page with plots)",
+    )
+    group.add_argument(
+        "-o", "--output", metavar="FILE", help="write the report to FILE (atomically) instead of stdout"
+    )
     group.add_argument(
         "--per-rank", action="store_true", help="also print each rank's own table (its key_averages)"
     )
@@ -77,13 +87,22 @@ def _report(args: argparse.Namespace, options: ReportOptions, threshold: float, 
         data: dict[str, Any] = report_json(report)
         if args.per_rank:
             data["per_rank_tables"] = {str(r.rank): _rank_table(r.parquet, options) for r in rank_set.ranks}
-        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
-    sys.stdout.write(render_text(report, row_limit=options.row_limit))
-    if args.per_rank:
-        for r in rank_set.ranks:
-            sys.stdout.write(f"\nRank {r.rank} ({r.source}):\n{_rank_table(r.parquet, options)}")
-    sys.stdout.flush()
+        text = orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n"
+    elif args.format == "html":
+        text = render_html(report, row_limit=options.row_limit)
+    else:
+        text = render_text(report, row_limit=options.row_limit)
+        if args.per_rank:
+            text += "".join(
+                f"\nRank {r.rank} ({r.source}):\n{_rank_table(r.parquet, options)}" for r in rank_set.ranks
+            )
+    if args.output:
+        with atomic_writer(args.output) as out:
+            out.write(text)
+        print(args.output)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
     return 0
 
 

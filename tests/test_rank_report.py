@@ -251,3 +251,91 @@ def test_per_rank_tables_and_a_memory_limit(tmp_path: Path, capsys) -> None:
     # the kept Parquet traces are a run of their own, read without converting again
     assert cli_main(["report", str(keep), "--format", "json"]) == 0
     assert [r["rank"] for r in json.loads(capsys.readouterr().out)["ranks"]] == [0, 1]
+
+
+def overlapping_rank(rank: int, overlap_us: float) -> dict[str, Any]:
+    """Three steps, each a 300 µs GEMM on stream 7 and a 200 µs all-reduce on stream 20 that starts
+    ``overlap_us`` before the GEMM ends, launched from ops as Kineto records them."""
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "ts": 0.0, "args": {"name": "python"}},
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "ts": 0.0, "args": {"name": "CUDA 0"}},
+    ]
+    correlation = 0
+    for step in range(3):
+        t = 1000.0 + step * 1000
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{step}",
+                "pid": 7,
+                "tid": 8,
+                "ts": t,
+                "dur": 900.0,
+                "args": {"External id": 1000 + step},
+            }
+        )
+        kernels = (
+            ("gemm", 7, 100.0, 300.0),
+            ("ncclDevKernel_AllReduce_Sum_f32", 20, 400.0 - overlap_us, 200.0),
+        )
+        for name, stream, start, dur in kernels:
+            correlation += 1
+            ids = {"External id": correlation}
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "aten::op",
+                    "pid": 7,
+                    "tid": 8,
+                    "ts": t + 10 + correlation,
+                    "dur": 5.0,
+                    "args": ids,
+                }
+            )
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "pid": 7,
+                    "tid": 8,
+                    "ts": t + 11 + correlation,
+                    "dur": 2.0,
+                    "args": {**ids, "correlation": correlation},
+                }
+            )
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": name,
+                    "pid": 0,
+                    "tid": stream,
+                    "ts": t + start,
+                    "dur": dur,
+                    "args": {**ids, "correlation": correlation, "device": 0, "stream": stream},
+                }
+            )
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU"}], "traceEvents": events,
+           "baseTimeNanoseconds": BASE_NS}  # fmt: skip
+    return with_rank(doc, rank, 2, backend="nccl")
+
+
+def test_compute_communication_overlap_is_htas(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    for rank, overlap_us in ((0, 50.0), (1, 150.0)):
+        write_json(run / f"rank{rank}.json", overlapping_rank(rank, overlap_us))
+    assert cli_main(["report", str(run), "--format", "json"]) == 0
+    overlap = {o["rank"]: o for o in json.loads(capsys.readouterr().out)["overlap"]}
+    assert overlap[0]["communication_us"] == 600.0 and overlap[0]["compute_us"] == 900.0
+    assert (overlap[0]["overlapped_us"], overlap[1]["overlapped_us"]) == (150.0, 450.0)
+    hta = pytest.importorskip("hta.trace_analysis")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = hta.TraceAnalysis(trace_dir=str(run)).get_comm_comp_overlap(visualize=False)
+    for row in theirs.itertuples():
+        assert overlap[row.rank]["overlap"] * 100 == pytest.approx(row.comp_comm_overlap_pctg)

@@ -24,7 +24,11 @@ integer nanoseconds. The differential tests compare every (rank, op) with polypr
 
 **Kernels** are device events (categories ``kernel``, ``gpu_memcpy``, ``gpu_memset``): per rank and
 name, count and total duration. **Steps** are ``ProfilerStep#N`` annotations: per rank and step,
-the duration.
+the duration. **Overlap**, per rank with kernels: communication kernels are those whose name holds
+``nccl`` or ``rccl`` (any case; HTA's rule), computation kernels the others (memcpy and memset are
+neither); the time covered by each (the union of their intervals over all streams) and by both at
+once, exactly, in nanoseconds. Overlap is the share of communication time that computation covered,
+as HTA's ``get_comm_comp_overlap`` reports it.
 """
 
 from __future__ import annotations
@@ -86,12 +90,28 @@ class RankStep:
 
 
 @attrs.frozen
+class RankOverlap:
+    """One rank's GPU kernels: time computing, time communicating, and both at once (µs)."""
+
+    rank: int
+    compute_us: float
+    communication_us: float
+    overlapped_us: float
+
+    @property
+    def overlap(self) -> float | None:
+        """The share of communication time that computation overlapped (HTA's comm/comp overlap)."""
+        return self.overlapped_us / self.communication_us if self.communication_us else None
+
+
+@attrs.frozen
 class RankRows:
     """What the engine computes: the per-rank rows everything else is derived from."""
 
     ops: tuple[RankOp, ...]
     kernels: tuple[RankKernel, ...]
     steps: tuple[RankStep, ...]
+    overlap: tuple[RankOverlap, ...] = ()
 
 
 _HOST_CATEGORIES = ("cpu_op", "operator", "user_annotation", "python_function", "overhead")
@@ -178,6 +198,43 @@ def _codes(names: Sequence[str]) -> tuple[np.ndarray, list[str]]:
     return codes, list(lookup)
 
 
+def _kernel_intervals_sql(events: str, rank: int) -> str:
+    return f"""
+    with events as ({events})
+    select regexp_matches(lower(name), '(nccl|rccl)') as communication,
+           {_NS.format(col="ts")} as s, {_NS.format(col="ts")} + {_NS.format(col="dur")} as e
+    from events
+    where rank = {int(rank)} and ph = 'X' and cat = 'kernel' and name is not null
+      and ts is not null and dur is not null and isfinite(ts) and isfinite(dur) and dur > 0
+    """
+
+
+def _covered(starts: np.ndarray, ends: np.ndarray, a: np.ndarray) -> tuple[int, int, int]:
+    """(time covered by the ``a`` intervals, by the others, by both at once), in the unit given."""
+    times = np.concatenate([starts, ends])
+    in_a = np.concatenate([np.where(a, 1, 0), np.where(a, -1, 0)])
+    in_b = np.concatenate([np.where(a, 0, 1), np.where(a, 0, -1)])
+    order = np.argsort(times, kind="stable")
+    times, count_a, count_b = times[order], np.cumsum(in_a[order]), np.cumsum(in_b[order])
+    length = np.diff(times)
+    a_on, b_on = count_a[:-1] > 0, count_b[:-1] > 0
+    return int(length[a_on].sum()), int(length[b_on].sum()), int(length[a_on & b_on].sum())
+
+
+def _overlap_of_rank(rank: int, rows: dict[str, Any]) -> RankOverlap | None:
+    starts = np.asarray(rows["s"], np.int64)
+    if len(starts) == 0:
+        return None
+    communication = np.asarray(rows["communication"], bool)
+    comm_ns, compute_ns, both_ns = _covered(starts, np.asarray(rows["e"], np.int64), communication)
+    return RankOverlap(
+        rank=rank,
+        compute_us=compute_ns / 1000.0,
+        communication_us=comm_ns / 1000.0,
+        overlapped_us=both_ns / 1000.0,
+    )
+
+
 def _kernels_sql(events: str) -> str:
     return f"""
     with events as ({events})
@@ -225,15 +282,23 @@ def duckdb_rank_rows(
             ops.extend(
                 _ops_of_rank(trace.rank, {k: (v.tolist() if k == "name" else v) for k, v in rows.items()})
             )
+        overlap = []
+        for trace in rank_set.ranks:
+            found = _overlap_of_rank(
+                trace.rank, connection.sql(_kernel_intervals_sql(events, trace.rank)).fetchnumpy()
+            )
+            if found is not None:
+                overlap.append(found)
         kernels = tuple(RankKernel(*row) for row in connection.sql(_kernels_sql(events)).fetchall())
         steps = tuple(RankStep(*row) for row in connection.sql(_steps_sql(events)).fetchall())
-    return RankRows(ops=tuple(ops), kernels=kernels, steps=steps)
+    return RankRows(ops=tuple(ops), kernels=kernels, steps=steps, overlap=tuple(overlap))
 
 
 __all__ = [
     "EngineUnavailableError",
     "RankKernel",
     "RankOp",
+    "RankOverlap",
     "RankRows",
     "RankStep",
     "duckdb_module",

@@ -12,7 +12,8 @@
   ranks' durations, then the median of those ratios over the steps;
 * **stragglers**: ranks whose step-time ratio is at least ``1 + threshold``
   (``DEFAULT_STRAGGLER_THRESHOLD``: 10% slower than the median rank, step by step);
-* **the step-time distribution**: percentiles of all ranks' step durations.
+* **the step-time distribution**: percentiles of all ranks' step durations;
+* **compute/communication overlap** of each rank with GPU kernels (``RankOverlap``).
 
 ``render_text`` prints it; ``report_json`` gives it as plain data (``polyprof report --format
 json``).
@@ -28,7 +29,7 @@ from typing import Any
 
 import attrs
 
-from polyprof.rank_analysis import RankRows
+from polyprof.rank_analysis import RankOverlap, RankRows
 from polyprof.rank_set import RankSet
 from polyprof.table import format_time
 
@@ -98,6 +99,8 @@ class RankReport:
     stragglers: tuple[int, ...]
     #: Percentile -> step duration in µs over every rank's steps; empty without steps.
     step_percentiles: tuple[tuple[int, float], ...]
+    #: Compute/communication overlap of each rank with GPU kernels.
+    overlap: tuple[RankOverlap, ...] = ()
 
 
 def _across(
@@ -204,6 +207,7 @@ def build_rank_report(
         straggler_threshold=straggler_threshold,
         stragglers=stragglers,
         step_percentiles=percentiles,
+        overlap=rows.overlap,
     )
 
 
@@ -225,6 +229,7 @@ def report_json(report: RankReport) -> dict[str, Any]:
         "straggler_threshold": report.straggler_threshold,
         "stragglers": list(report.stragglers),
         "step_percentiles_us": {f"p{p}": v for p, v in report.step_percentiles},
+        "overlap": [{**attrs.asdict(o), "overlap": o.overlap} for o in report.overlap],
     }
 
 
@@ -242,6 +247,19 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) 
 
 def _short(name: str, width: int = 50) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def overlap_rows(report: RankReport) -> list[list[str]]:
+    return [
+        [
+            str(o.rank),
+            format_time(o.compute_us),
+            format_time(o.communication_us),
+            format_time(o.overlapped_us),
+            "-" if o.overlap is None else f"{o.overlap:.1%}",
+        ]
+        for o in report.overlap
+    ]
 
 
 def render_text(report: RankReport, *, row_limit: int = 20) -> str:
@@ -310,6 +328,11 @@ def render_text(report: RankReport, *, row_limit: int = 20) -> str:
             ],
             left=2,
         )
+    if report.overlap:
+        lines += ["", "GPU kernels per rank: computation, communication (nccl/rccl), and both at once:"]
+        lines += _table(
+            ["Rank", "Computation", "Communication", "Overlapped", "Overlap"], overlap_rows(report), left=0
+        )
     if report.steps:
         lines += ["", "Steps (ProfilerStep#N) per rank; ratio: step by step against the median rank:"]
         lines += _table(
@@ -353,6 +376,7 @@ __all__ = [
     "RankSteps",
     "Spread",
     "build_rank_report",
+    "overlap_rows",
     "render_text",
     "report_json",
 ]

@@ -15,7 +15,7 @@ import html
 import statistics
 from collections.abc import Sequence
 
-from polyprof.rank_report import RankReport
+from polyprof.rank_report import RankReport, overlap_rows
 from polyprof.table import format_time
 
 _BAR = "#4e79a7"
@@ -181,6 +181,15 @@ def render_html(report: RankReport, *, row_limit: int = 20) -> str:
                     for s in report.steps
                 ],
                 "steps",
+            )
+        )
+    if report.overlap:
+        sections.append("<h2>GPU kernels per rank: computation and communication</h2>")
+        sections.append(
+            _table(
+                ["Rank", "Computation", "Communication", "Overlapped", "Overlap"],
+                overlap_rows(report),
+                "overlap",
             )
         )
     sections.append(f"<h2>Ops across ranks, by mean self CPU time ({limit} of {len(report.ops)})</h2>")

@@ -14,4 +14,4 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 pip_install "torch==2.13.0"
-pip_install -e "$ROOT[test,itt,lint,analysis]"
+pip_install -e "$ROOT[test,itt,lint,analysis,ray]"

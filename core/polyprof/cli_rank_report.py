@@ -20,13 +20,12 @@ import orjson
 
 from polyprof.cli_report import ReportOptions, load_report_results, render_report
 from polyprof.fileio import atomic_writer
-from polyprof.rank_analysis import duckdb_rank_rows
 from polyprof.rank_report import build_rank_report, render_text, report_json
 from polyprof.rank_report_html import render_html
 from polyprof.rank_set import collect_rank_set, temporary_parquet_dir
+from polyprof.ranks import ENGINES, rank_rows
 
 FORMATS = ("text", "json", "html")
-ENGINES = ("duckdb",)
 
 
 def is_many_rank_request(paths: list[str]) -> bool:
@@ -55,7 +54,16 @@ def add_rank_report_arguments(parser: argparse.ArgumentParser) -> None:
         help="a rank whose step time is this much above the median rank's is a straggler (default 0.10)",
     )
     group.add_argument(
-        "--engine", choices=ENGINES, default="duckdb", help="the analysis engine (default duckdb)"
+        "--engine",
+        choices=ENGINES,
+        default="duckdb",
+        help="duckdb (default: this machine, bounded memory) or ray (a Ray cluster; pip install 'ray[data]')",
+    )
+    group.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="with --engine ray: the cluster to join, as ray.init takes it ('auto', 'ray://host:10001'); "
+        "default: a local cluster for this command",
     )
     group.add_argument(
         "--memory-limit", metavar="SIZE", help="DuckDB's memory limit, e.g. 2GB (past it, it spills to disk)"
@@ -79,7 +87,9 @@ def run_rank_report(args: argparse.Namespace, options: ReportOptions) -> int:
 
 def _report(args: argparse.Namespace, options: ReportOptions, threshold: float, parquet_dir: str) -> int:
     rank_set = collect_rank_set(list(args.trace), parquet_dir)
-    rows = duckdb_rank_rows(rank_set, memory_limit=args.memory_limit)
+    rows = rank_rows(
+        rank_set, engine=args.engine, memory_limit=args.memory_limit, ray_address=args.ray_address
+    )
     report = build_rank_report(rank_set, rows, straggler_threshold=threshold)
     for skipped in rank_set.skipped:
         print(f"polyprof report: skipped {skipped.path}: {skipped.reason}", file=sys.stderr)

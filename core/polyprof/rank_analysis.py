@@ -122,21 +122,16 @@ def _sql_list(values: Sequence[str]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
 
-def _events_sql(files: Sequence[tuple[str, int]]) -> str:
-    """Every rank's events with its rank: the files' rows joined to (filename, rank)."""
-    paths = ", ".join("'" + path.replace("'", "''") + "'" for path, _ in files)
-    ranks = ", ".join(f"('{path.replace(chr(39), chr(39) * 2)}', {rank})" for path, rank in files)
-    return f"""
-        select r.rank, e.* exclude (filename), row_number() over (partition by r.rank) as rid
-        from read_parquet([{paths}], filename = true) e
-        join (values {ranks}) r(filename, rank) on e.filename = r.filename
-    """
+def _events_sql(path: str) -> str:
+    """One rank's events, each with its row number in the file (torch's order breaks ties by it)."""
+    quoted = "'" + path.replace("'", "''") + "'"
+    return f"select *, file_row_number as rid from read_parquet({quoted}, file_row_number = true)"
 
 
 _NS = "cast(cast({col} as decimal(38, 3)) * 1000 as bigint)"
 
 
-def _host_rows_sql(events: str, rank: int) -> str:
+def _host_rows_sql(events: str) -> str:
     """One rank's host rows, per thread in torch's order: start, longer first, file order."""
     host = (
         f"cat in ({_sql_list(_HOST_CATEGORIES)}) "
@@ -147,7 +142,7 @@ def _host_rows_sql(events: str, rank: int) -> str:
     select name, coalesce(pid, 0) as pid, coalesce(tid, 0) as tid,
            {_NS.format(col="ts")} as s, {_NS.format(col="dur")} as d
     from events
-    where rank = {int(rank)} and ph = 'X' and ({host}) and name is not null
+    where ph = 'X' and ({host}) and name is not null
       and ts is not null and dur is not null and isfinite(ts) and isfinite(dur) and dur >= 0
       and name not in ({_sql_list(sorted(FILTERED_NAMES))})
     order by pid, tid, s, d desc, rid
@@ -198,13 +193,13 @@ def _codes(names: Sequence[str]) -> tuple[np.ndarray, list[str]]:
     return codes, list(lookup)
 
 
-def _kernel_intervals_sql(events: str, rank: int) -> str:
+def _kernel_intervals_sql(events: str) -> str:
     return f"""
     with events as ({events})
     select regexp_matches(lower(name), '(nccl|rccl)') as communication,
            {_NS.format(col="ts")} as s, {_NS.format(col="ts")} + {_NS.format(col="dur")} as e
     from events
-    where rank = {int(rank)} and ph = 'X' and cat = 'kernel' and name is not null
+    where ph = 'X' and cat = 'kernel' and name is not null
       and ts is not null and dur is not null and isfinite(ts) and isfinite(dur) and dur > 0
     """
 
@@ -238,60 +233,77 @@ def _overlap_of_rank(rank: int, rows: dict[str, Any]) -> RankOverlap | None:
 def _kernels_sql(events: str) -> str:
     return f"""
     with events as ({events})
-    select rank, name, cat, count(*) as calls, sum({_NS.format(col="dur")}) / 1000.0 as total_us
+    select name, cat, count(*) as calls, sum({_NS.format(col="dur")}) / 1000.0 as total_us
     from events
     where ph = 'X' and cat in ({_sql_list(_DEVICE_CATEGORIES)}) and name is not null
       and dur is not null and isfinite(dur)
     group by all
-    order by rank, name, cat
+    order by name, cat
     """
 
 
 def _steps_sql(events: str) -> str:
     return f"""
     with events as ({events})
-    select rank, cast(regexp_extract(name, '^ProfilerStep#([0-9]+)$', 1) as bigint) as step,
+    select cast(regexp_extract(name, '^ProfilerStep#([0-9]+)$', 1) as bigint) as step,
            sum({_NS.format(col="dur")}) / 1000.0 as duration_us
     from events
     where ph = 'X' and regexp_matches(name, '^ProfilerStep#[0-9]+$') and dur is not null and isfinite(dur)
     group by all
-    order by rank, step
+    order by step
     """
 
 
-def duckdb_rank_rows(
-    rank_set: RankSet, *, memory_limit: str | None = None, temp_dir: str | None = None
-) -> RankRows:
-    """The per-rank rows of ``rank_set``, computed by DuckDB over its Parquet files.
+def rows_of_rank(connection: Any, path: str, rank: int) -> RankRows:
+    """The rows of one rank's Parquet trace, computed with ``connection`` (DuckDB): the unit of work
+    both engines run, one rank's host rows in memory at a time."""
+    events = _events_sql(path)
+    host = connection.sql(_host_rows_sql(events)).fetchnumpy()
+    host["name"] = host["name"].tolist()
+    overlap = _overlap_of_rank(rank, connection.sql(_kernel_intervals_sql(events)).fetchnumpy())
+    return RankRows(
+        ops=tuple(_ops_of_rank(rank, host)),
+        kernels=tuple(RankKernel(rank, *row) for row in connection.sql(_kernels_sql(events)).fetchall()),
+        steps=tuple(RankStep(rank, *row) for row in connection.sql(_steps_sql(events)).fetchall()),
+        overlap=() if overlap is None else (overlap,),
+    )
 
-    :param memory_limit: DuckDB's ``memory_limit`` (e.g. ``"2GB"``); past it DuckDB spills to
-        ``temp_dir``. Default: DuckDB's (80% of the machine's memory).
-    """
-    duckdb = duckdb_module()
-    files = [(r.parquet, r.rank) for r in rank_set.ranks]
-    events = _events_sql(files)
+
+def combine(parts: Sequence[RankRows]) -> RankRows:
+    """The rows of several ranks as one ``RankRows``, in rank order."""
+
+    def joined(field: str) -> tuple[Any, ...]:
+        return tuple(sorted((row for part in parts for row in getattr(part, field)), key=_row_key))
+
+    return RankRows(
+        ops=joined("ops"), kernels=joined("kernels"), steps=joined("steps"), overlap=joined("overlap")
+    )
+
+
+def _row_key(row: Any) -> tuple[Any, ...]:
+    return (row.rank, getattr(row, "name", ""), getattr(row, "category", ""), getattr(row, "step", 0))
+
+
+def _duckdb_config(memory_limit: str | None, temp_dir: str | None) -> dict[str, Any]:
     config: dict[str, Any] = {}
     if memory_limit is not None:
         config["memory_limit"] = memory_limit
     if temp_dir is not None:
         config["temp_directory"] = temp_dir
-    with duckdb.connect(config=config) as connection:
-        ops: list[RankOp] = []
-        for trace in rank_set.ranks:  # one rank's rows in memory at a time
-            rows = connection.sql(_host_rows_sql(events, trace.rank)).fetchnumpy()
-            ops.extend(
-                _ops_of_rank(trace.rank, {k: (v.tolist() if k == "name" else v) for k, v in rows.items()})
-            )
-        overlap = []
-        for trace in rank_set.ranks:
-            found = _overlap_of_rank(
-                trace.rank, connection.sql(_kernel_intervals_sql(events, trace.rank)).fetchnumpy()
-            )
-            if found is not None:
-                overlap.append(found)
-        kernels = tuple(RankKernel(*row) for row in connection.sql(_kernels_sql(events)).fetchall())
-        steps = tuple(RankStep(*row) for row in connection.sql(_steps_sql(events)).fetchall())
-    return RankRows(ops=tuple(ops), kernels=kernels, steps=steps, overlap=tuple(overlap))
+    return config
+
+
+def duckdb_rank_rows(
+    rank_set: RankSet, *, memory_limit: str | None = None, temp_dir: str | None = None
+) -> RankRows:
+    """The per-rank rows of ``rank_set``, computed by DuckDB in this process, one rank after another.
+
+    :param memory_limit: DuckDB's ``memory_limit`` (e.g. ``"2GB"``); past it DuckDB spills to
+        ``temp_dir``. Default: DuckDB's (80% of the machine's memory).
+    """
+    duckdb = duckdb_module()
+    with duckdb.connect(config=_duckdb_config(memory_limit, temp_dir)) as connection:
+        return combine([rows_of_rank(connection, r.parquet, r.rank) for r in rank_set.ranks])
 
 
 __all__ = [
@@ -301,6 +313,8 @@ __all__ = [
     "RankOverlap",
     "RankRows",
     "RankStep",
+    "combine",
     "duckdb_module",
     "duckdb_rank_rows",
+    "rows_of_rank",
 ]

@@ -18,9 +18,10 @@ event's duration less its children's), as torch's ``EventList`` computes them:
   and no other child: such events do not count as calls nor in CPU total, and since they share the
   name their self time stays in the name's self total.
 
-Times are read exactly: ``ts`` with three decimals as the JSON has it (``decimal(38, 3)``), to
-integer nanoseconds. The differential tests compare every (rank, op) with polyprof's
-``key_averages`` of that rank's trace, which matches torch's table.
+Times are converted to integer nanoseconds as polyprof's trace reader converts them
+(``kineto_format.us_to_ns``: exact for the three decimals Kineto writes). DuckDB sorts by the
+doubles, whose order is the nanoseconds' order. The differential tests compare every (rank, op)
+with polyprof's ``key_averages`` of that rank's trace, which matches torch's table.
 
 **Kernels** are device events (categories ``kernel``, ``gpu_memcpy``, ``gpu_memset``): per rank and
 name, count and total duration. **Steps** are ``ProfilerStep#N`` annotations: per rank and step,
@@ -41,10 +42,13 @@ import attrs
 import numpy as np
 
 from polyprof.errors import PolyprofError
+from polyprof.kineto_format import us_to_ns
 from polyprof.rank_set import RankSet
 from polyprof.tree import FILTERED_NAMES, nesting_parents
 
-_STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+#: Communication kernels, by HTA's rule: NCCL's and RCCL's.
+_COMMUNICATION = re.compile(r"nccl|rccl", re.IGNORECASE)
 
 
 class EngineUnavailableError(PolyprofError, ImportError):
@@ -128,9 +132,6 @@ def _events_sql(path: str) -> str:
     return f"select *, file_row_number as rid from read_parquet({quoted}, file_row_number = true)"
 
 
-_NS = "cast(cast({col} as decimal(38, 3)) * 1000 as bigint)"
-
-
 def _host_rows_sql(events: str) -> str:
     """One rank's host rows, per thread in torch's order: start, longer first, file order."""
     host = (
@@ -139,41 +140,54 @@ def _host_rows_sql(events: str) -> str:
     )
     return f"""
     with events as ({events})
-    select name, coalesce(pid, 0) as pid, coalesce(tid, 0) as tid,
-           {_NS.format(col="ts")} as s, {_NS.format(col="dur")} as d
+    select name, coalesce(pid, 0) as pid, coalesce(tid, 0) as tid, ts, dur
     from events
     where ph = 'X' and ({host}) and name is not null
       and ts is not null and dur is not null and isfinite(ts) and isfinite(dur) and dur >= 0
       and name not in ({_sql_list(sorted(FILTERED_NAMES))})
-    order by pid, tid, s, d desc, rid
+    order by pid, tid, ts, dur desc, rid
     """
 
 
-def _ops_of_rank(rank: int, columns: dict[str, Any]) -> list[RankOp]:
+def _sums(codes: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """Exact integer sums of ``values`` per code (float64 holds every sum of ns below 2**53: 104 days)."""
+    return np.rint(np.bincount(codes, weights=values, minlength=size)).astype(np.int64)
+
+
+def _encoded(column: Any) -> tuple[np.ndarray, list[str]]:
+    """A string column as (codes, table of distinct strings): Arrow's dictionary encoding, in C++."""
+    encoded = column.combine_chunks().dictionary_encode() if column.num_chunks else column
+    if not hasattr(encoded, "indices"):
+        return np.zeros(0, np.int64), []
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_pylist()
+
+
+def _ops_of_rank(
+    rank: int,
+    codes: np.ndarray,
+    table: list[str],
+    pid: np.ndarray,
+    tid: np.ndarray,
+    start: np.ndarray,
+    duration: np.ndarray,
+) -> list[RankOp]:
     """Calls, CPU total and self CPU per name of one rank's sorted host rows (see the module notes)."""
-    names = columns["name"]
-    n = len(names)
+    n = len(codes)
     if n == 0:
         return []
-    codes, table = _codes(names)
-    pid, tid = np.asarray(columns["pid"], np.int64), np.asarray(columns["tid"], np.int64)
-    start, duration = np.asarray(columns["s"], np.int64), np.asarray(columns["d"], np.int64)
-    lane = np.unique(np.stack([pid, tid]), axis=1, return_inverse=True)[1].reshape(-1)
+    # rows come sorted by process and thread: a lane is a run of equal (pid, tid)
+    lane = np.cumsum(np.r_[False, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])])
     parent = nesting_parents(start, start + duration, lane)
     has = parent >= 0
-    children_ns = np.zeros(n, np.int64)
-    np.add.at(children_ns, parent[has], duration[has])
+    children_ns = _sums(parent[has], duration[has], n)
     child_count = np.bincount(parent[has], minlength=n)
     # torch's _remove_dup_nodes: the only child of a same-named parent folds into it
     folded = np.zeros(n, bool)
     folded[has] = (child_count[parent[has]] == 1) & (codes[parent[has]] == codes[has])
-    self_ns = duration - children_ns
     kept = ~folded
     calls = np.bincount(codes[kept], minlength=len(table))
-    total_ns = np.zeros(len(table), np.int64)
-    np.add.at(total_ns, codes[kept], duration[kept])
-    self_by_name = np.zeros(len(table), np.int64)
-    np.add.at(self_by_name, codes, self_ns)
+    total_ns = _sums(codes[kept], duration[kept], len(table))
+    self_by_name = _sums(codes, duration, len(table)) - _sums(codes, children_ns, len(table))
     by_key: dict[str, list[int]] = {}
     for code, name in enumerate(table):
         entry = by_key.setdefault(_STEP_NAME.sub("ProfilerStep*", name), [0, 0, 0])
@@ -181,27 +195,54 @@ def _ops_of_rank(rank: int, columns: dict[str, Any]) -> list[RankOp]:
         entry[1] += int(self_by_name[code])
         entry[2] += int(total_ns[code])
     return [
-        RankOp(rank=rank, name=key, calls=c, self_us=self_ns_ / 1000.0, total_us=total / 1000.0)
-        for key, (c, self_ns_, total) in sorted(by_key.items())
+        RankOp(rank=rank, name=key, calls=c, self_us=self_ns / 1000.0, total_us=total / 1000.0)
+        for key, (c, self_ns, total) in sorted(by_key.items())
         if c > 0
     ]
 
 
-def _codes(names: Sequence[str]) -> tuple[np.ndarray, list[str]]:
-    lookup: dict[str, int] = {}
-    codes = np.fromiter((lookup.setdefault(name, len(lookup)) for name in names), np.int64, len(names))
-    return codes, list(lookup)
+def _steps_of_rank(rank: int, codes: np.ndarray, table: list[str], duration: np.ndarray) -> list[RankStep]:
+    """Each ``ProfilerStep#N``'s duration (summed if a step appears twice) from the rank's host rows."""
+    numbers = np.array(
+        [int(m[1]) if (m := _STEP_NAME.match(name)) else -1 for name in table] + [-1], np.int64
+    )
+    step_of_row = numbers[codes] if len(codes) else np.zeros(0, np.int64)
+    is_step = step_of_row >= 0
+    if not is_step.any():
+        return []
+    steps, inverse = np.unique(step_of_row[is_step], return_inverse=True)
+    totals = _sums(inverse, duration[is_step], len(steps))
+    return [
+        RankStep(rank, int(step), total / 1000.0)
+        for step, total in zip(steps.tolist(), totals.tolist(), strict=True)
+    ]
 
 
-def _kernel_intervals_sql(events: str) -> str:
+def _device_rows_sql(events: str) -> str:
     return f"""
     with events as ({events})
-    select regexp_matches(lower(name), '(nccl|rccl)') as communication,
-           {_NS.format(col="ts")} as s, {_NS.format(col="ts")} + {_NS.format(col="dur")} as e
+    select name, cat, ts, dur
     from events
-    where ph = 'X' and cat = 'kernel' and name is not null
-      and ts is not null and dur is not null and isfinite(ts) and isfinite(dur) and dur > 0
+    where ph = 'X' and cat in ({_sql_list(_DEVICE_CATEGORIES)}) and name is not null
+      and ts is not null and dur is not null and isfinite(ts) and isfinite(dur) and dur >= 0
     """
+
+
+def _kernels_of_rank(rank: int, device: Any) -> list[RankKernel]:
+    name_codes, names = _encoded(device.column("name"))
+    cat_codes, cats = _encoded(device.column("cat"))
+    if not len(name_codes):
+        return []
+    pair = name_codes * len(cats) + cat_codes
+    pairs, inverse = np.unique(pair, return_inverse=True)
+    duration = us_to_ns(device.column("dur").to_numpy())
+    counts = np.bincount(inverse, minlength=len(pairs))
+    totals = _sums(inverse, duration, len(pairs))
+    rows = [
+        RankKernel(rank, names[p // len(cats)], cats[p % len(cats)], int(c), t / 1000.0)
+        for p, c, t in zip(pairs.tolist(), counts.tolist(), totals.tolist(), strict=True)
+    ]
+    return sorted(rows, key=lambda k: (k.name, k.category))
 
 
 def _covered(starts: np.ndarray, ends: np.ndarray, a: np.ndarray) -> tuple[int, int, int]:
@@ -216,12 +257,24 @@ def _covered(starts: np.ndarray, ends: np.ndarray, a: np.ndarray) -> tuple[int, 
     return int(length[a_on].sum()), int(length[b_on].sum()), int(length[a_on & b_on].sum())
 
 
-def _overlap_of_rank(rank: int, rows: dict[str, Any]) -> RankOverlap | None:
-    starts = np.asarray(rows["s"], np.int64)
-    if len(starts) == 0:
+def _overlap_of_rank(rank: int, device: Any) -> RankOverlap | None:
+    """Kernels only (memcpy and memset are neither computation nor communication), of some length."""
+    codes, names = _encoded(device.column("name"))
+    cat_codes, cats = _encoded(device.column("cat"))
+    duration = us_to_ns(device.column("dur").to_numpy())
+    kernel = (
+        np.array([c == "kernel" for c in cats] + [False], bool)[cat_codes]
+        if len(cat_codes)
+        else np.zeros(0, bool)
+    )
+    kernel &= duration > 0
+    if not kernel.any():
         return None
-    communication = np.asarray(rows["communication"], bool)
-    comm_ns, compute_ns, both_ns = _covered(starts, np.asarray(rows["e"], np.int64), communication)
+    communication_names = np.array([_COMMUNICATION.search(n) is not None for n in names] + [False], bool)
+    starts = us_to_ns(device.column("ts").to_numpy())[kernel]
+    comm_ns, compute_ns, both_ns = _covered(
+        starts, starts + duration[kernel], communication_names[codes[kernel]]
+    )
     return RankOverlap(
         rank=rank,
         compute_us=compute_ns / 1000.0,
@@ -230,41 +283,21 @@ def _overlap_of_rank(rank: int, rows: dict[str, Any]) -> RankOverlap | None:
     )
 
 
-def _kernels_sql(events: str) -> str:
-    return f"""
-    with events as ({events})
-    select name, cat, count(*) as calls, sum({_NS.format(col="dur")}) / 1000.0 as total_us
-    from events
-    where ph = 'X' and cat in ({_sql_list(_DEVICE_CATEGORIES)}) and name is not null
-      and dur is not null and isfinite(dur)
-    group by all
-    order by name, cat
-    """
-
-
-def _steps_sql(events: str) -> str:
-    return f"""
-    with events as ({events})
-    select cast(regexp_extract(name, '^ProfilerStep#([0-9]+)$', 1) as bigint) as step,
-           sum({_NS.format(col="dur")}) / 1000.0 as duration_us
-    from events
-    where ph = 'X' and regexp_matches(name, '^ProfilerStep#[0-9]+$') and dur is not null and isfinite(dur)
-    group by all
-    order by step
-    """
-
-
 def rows_of_rank(connection: Any, path: str, rank: int) -> RankRows:
     """The rows of one rank's Parquet trace, computed with ``connection`` (DuckDB): the unit of work
-    both engines run, one rank's host rows in memory at a time."""
+    both engines run, one rank's rows in memory at a time. Two scans of the file: host rows, sorted
+    into torch's order by DuckDB, and device rows."""
     events = _events_sql(path)
-    host = connection.sql(_host_rows_sql(events)).fetchnumpy()
-    host["name"] = host["name"].tolist()
-    overlap = _overlap_of_rank(rank, connection.sql(_kernel_intervals_sql(events)).fetchnumpy())
+    host = connection.sql(_host_rows_sql(events)).to_arrow_table()
+    codes, table = _encoded(host.column("name"))
+    pid, tid = host.column("pid").to_numpy(), host.column("tid").to_numpy()
+    start, duration = us_to_ns(host.column("ts").to_numpy()), us_to_ns(host.column("dur").to_numpy())
+    device = connection.sql(_device_rows_sql(events)).to_arrow_table()
+    overlap = _overlap_of_rank(rank, device)
     return RankRows(
-        ops=tuple(_ops_of_rank(rank, host)),
-        kernels=tuple(RankKernel(rank, *row) for row in connection.sql(_kernels_sql(events)).fetchall()),
-        steps=tuple(RankStep(rank, *row) for row in connection.sql(_steps_sql(events)).fetchall()),
+        ops=tuple(_ops_of_rank(rank, codes, table, pid, tid, start, duration)),
+        kernels=tuple(_kernels_of_rank(rank, device)),
+        steps=tuple(_steps_of_rank(rank, codes, table, duration)),
         overlap=() if overlap is None else (overlap,),
     )
 

@@ -205,3 +205,19 @@ def test_bad_traces_are_named_and_the_rest_merged(tmp_path: Path, run: Path, cap
     assert {r["rank"] for r in doc["polyprofMerge"]["ranks"]} == {0, 1, 2}
     assert cli_main(["merge", str(run), "-o", str(tmp_path / "merged.txt")]) == 2
     assert "name the merged trace .json or .json.gz" in capsys.readouterr().err
+
+
+def test_flow_ids_stay_apart_when_a_rank_is_left_out(tmp_path: Path) -> None:
+    """Ranks 0, 1 and 3 of 4 (rank 2's file is corrupt): rank 0's id 1 and rank 3's id 0 must differ."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for rank, flow_id in ((0, 1), (1, 5), (3, 0)):
+        doc = rank_trace(rank, 4, base_ns=BASE_NS, step_at_us=1000.0)
+        for event in doc["traceEvents"]:
+            if "id" in event:
+                event["id"] = flow_id
+        (folder / f"rank{rank}.json").write_text(json.dumps(doc))
+    (folder / "rank2.json").write_text("{")
+    doc = merged(tmp_path, folder)
+    ids = {(e["pid"] // 100, e["id"]) for e in doc["traceEvents"] if "id" in e}
+    assert len({i for _, i in ids}) == 3 and len(ids) == 3

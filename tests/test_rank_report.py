@@ -339,3 +339,69 @@ def test_compute_communication_overlap_is_htas(tmp_path: Path, capsys) -> None:
         theirs = hta.TraceAnalysis(trace_dir=str(run)).get_comm_comp_overlap(visualize=False)
     for row in theirs.itertuples():
         assert overlap[row.rank]["overlap"] * 100 == pytest.approx(row.comp_comm_overlap_pctg)
+
+
+def test_host_rows_nest_per_thread_as_torch_records_them(tmp_path: Path, capsys) -> None:
+    """A on thread 1 over 0-100 µs, B on thread 2 inside that time: B is not A's child, as in torch's
+    own tree of the recording (one stack per thread). ``polyprof report`` of the saved trace alone
+    nests every host row of a trace in one stack (its ``thread`` comes from the "Python thread" arg),
+    and would give A 80 µs: the many-rank report follows torch here."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "A", "pid": 1, "tid": 1, "ts": 0.0, "dur": 100.0},
+        {"ph": "X", "cat": "cpu_op", "name": "B", "pid": 1, "tid": 2, "ts": 10.0, "dur": 20.0},
+    ]
+    write_json(tmp_path / "run" / "r0.json", with_rank({"traceEvents": events}, 0, 1))
+    assert cli_main(["report", str(tmp_path / "run"), "--format", "json"]) == 0
+    ops = {op["name"]: op for op in json.loads(capsys.readouterr().out)["ops"]}
+    assert (ops["A"]["self_us"]["mean"], ops["B"]["self_us"]["mean"]) == (100.0, 20.0)
+
+
+def test_a_rank_whose_analysis_fails_is_named_and_the_others_reported(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    for rank in range(3):
+        write_json(run / f"r{rank}.json", synthetic_rank(rank, 3, [100.0, 100.0]))
+    # a Parquet trace whose footer and ts are sound but whose dur column is text: DuckDB's query fails
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = Path(write_parquet_trace(synthetic_rank(2, 3, [100.0, 100.0]), tmp_path / "good.parquet"))
+    table = pq.read_table(good)
+    broken = table.set_column(
+        table.column_names.index("dur"), "dur", pa.array(["long"] * table.num_rows, pa.string())
+    )
+    (run / "r2.json").unlink()
+    pq.write_table(broken, run / "r2.parquet")
+    assert cli_main(["report", str(run), "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert [r["rank"] for r in data["ranks"]] == [0, 1]
+    assert f"skipped {run / 'r2.parquet'}: its analysis failed" in captured.err
+
+
+def test_a_rank_without_steps_leaves_the_others_straggler_ratios(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    for rank, steps in {0: [100.0, 100.0], 1: [100.0, 100.0], 2: [150.0, 150.0]}.items():
+        write_json(run / f"r{rank}.json", synthetic_rank(rank, 4, steps))
+    no_steps = synthetic_rank(3, 4, [100.0])
+    no_steps["traceEvents"] = [e for e in no_steps["traceEvents"] if not e["name"].startswith("ProfilerStep")]
+    write_json(run / "r3.json", no_steps)
+    assert cli_main(["report", str(run), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["stragglers"] == [2] and [s["rank"] for s in data["steps"]] == [0, 1, 2]
+
+
+def test_a_trace_with_an_infinite_time_is_still_read(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    write_json(run / "r0.json", synthetic_rank(0, 2, [100.0]))
+    odd = synthetic_rank(1, 2, [100.0])
+    odd["traceEvents"].append({"ph": "i", "name": "odd", "pid": 1, "tid": 1, "ts": float("-inf")})
+    (run / "r1.json").write_text(json.dumps(odd))  # Python writes -Infinity, which its parser reads back
+    assert cli_main(["report", str(run), "--format", "json"]) == 0
+    assert [r["rank"] for r in json.loads(capsys.readouterr().out)["ranks"]] == [0, 1]
+
+
+@pytest.mark.parametrize("flag", [["--format", "json"], ["--per-rank"], ["--engine", "ray"], ["-o", "x.txt"]])
+def test_options_of_a_report_across_ranks_are_refused_for_one_trace(tmp_path: Path, capsys, flag) -> None:
+    path = write_json(tmp_path / "r0.json", synthetic_rank(0, 1, [100.0]))
+    assert cli_main(["report", str(path), *flag]) == 2
+    assert f"{flag[0]}: for a report across ranks" in capsys.readouterr().err

@@ -857,6 +857,8 @@ def _json_text(value: Any) -> str:
 
 #: Device kinds that Kineto links through their API call's correlation id.
 _LAUNCHED_KINDS = kind_codes({EventKind.KERNEL, EventKind.GPU_MEMCPY, EventKind.GPU_MEMSET, EventKind.SYNC})
+
+
 def _checked_links(
     kind: np.ndarray,
     pid: np.ndarray,

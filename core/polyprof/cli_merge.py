@@ -13,8 +13,9 @@ import argparse
 import sys
 from typing import Any
 
+from polyprof.cli_report import terminal_safe
 from polyprof.merge import ALIGNMENTS, merge_rank_set
-from polyprof.rank_set import collect_rank_set, temporary_parquet_dir
+from polyprof.rank_set import NoTracesError, collect_rank_set, temporary_parquet_dir
 
 
 def add_merge_command(subparsers: Any) -> None:
@@ -56,9 +57,16 @@ def run_merge_command(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace, parquet_dir: str) -> int:
-    rank_set = collect_rank_set(list(args.paths), parquet_dir)
+    try:
+        rank_set = collect_rank_set(list(args.paths), parquet_dir)
+    except NoTracesError as exc:
+        print(f"polyprof merge: error: {terminal_safe(str(exc))}", file=sys.stderr)
+        return 2
     for skipped in rank_set.skipped:
-        print(f"polyprof merge: skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
+        print(
+            f"polyprof merge: skipped {terminal_safe(skipped.path)}: {terminal_safe(skipped.reason)}",
+            file=sys.stderr,
+        )
     summary = merge_rank_set(rank_set, args.output, align=args.align)
     shifted = [f"rank {rank} {ns / 1e6:+.3f} ms" for rank, ns in summary.shifts_ns if ns]
     done = f"{len(summary.ranks)} ranks, {summary.events:,} events, clocks aligned by {summary.align}"

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from polyprof.cli_report import ReportOptions, load_report_results, render_report
+from polyprof.cli_report import ReportOptions, load_report_results, render_report, terminal_safe
 from polyprof.fileio import atomic_writer
 from polyprof.rank_report import build_rank_report, render_text, report_json
 from polyprof.rank_report_html import render_html
@@ -91,12 +91,17 @@ def _report(args: argparse.Namespace, options: ReportOptions, threshold: float, 
         rank_set, engine=args.engine, memory_limit=args.memory_limit, ray_address=args.ray_address
     )
     report = build_rank_report(rank_set, rows, straggler_threshold=threshold)
-    for skipped in rank_set.skipped:
-        print(f"polyprof report: skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
+    for skipped in report.rank_set.skipped:  # the analysis may leave out more
+        print(
+            f"polyprof report: skipped {terminal_safe(skipped.path)}: {terminal_safe(skipped.reason)}",
+            file=sys.stderr,
+        )
     if args.format == "json":
         data: dict[str, Any] = report_json(report)
         if args.per_rank:
-            data["per_rank_tables"] = {str(r.rank): _rank_table(r.parquet, options) for r in rank_set.ranks}
+            data["per_rank_tables"] = {
+                str(r.rank): _rank_table(r.parquet, options) for r in report.rank_set.ranks
+            }
         text = orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n"
     elif args.format == "html":
         text = render_html(report, row_limit=options.row_limit)
@@ -104,7 +109,8 @@ def _report(args: argparse.Namespace, options: ReportOptions, threshold: float, 
         text = render_text(report, row_limit=options.row_limit)
         if args.per_rank:
             text += "".join(
-                f"\nRank {r.rank} ({r.source}):\n{_rank_table(r.parquet, options)}" for r in rank_set.ranks
+                f"\nRank {r.rank} ({r.source}):\n{_rank_table(r.parquet, options)}"
+                for r in report.rank_set.ranks
             )
     if args.output:
         with atomic_writer(args.output) as out:

@@ -338,6 +338,27 @@ def run_report_command(args: argparse.Namespace) -> int:
         except (PolyprofError, ValueError) as exc:
             print(f"{_PROG}: error: {terminal_safe(str(exc))}", file=sys.stderr)
             return EXIT_BAD_INPUT
+    many_rank_only = [
+        flag
+        for flag, given in (
+            ("--format", args.format != "text"),
+            ("-o", args.output is not None),
+            ("--per-rank", args.per_rank),
+            ("--straggler-threshold", args.straggler_threshold is not None),
+            ("--engine", args.engine != "duckdb"),
+            ("--ray-address", args.ray_address is not None),
+            ("--memory-limit", args.memory_limit is not None),
+            ("--parquet-dir", args.parquet_dir is not None),
+        )
+        if given
+    ]
+    if many_rank_only:
+        print(
+            f"{_PROG}: error: {', '.join(many_rank_only)}: for a report across ranks (a directory or "
+            "several traces); one trace prints its table",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     (args.trace,) = args.trace
     try:
         results = load_report_results(args.trace, max_bytes=max_bytes)

@@ -218,7 +218,6 @@ def _report(outcome: ScriptOutcome, whole: WholeScriptProfile, stream: TextIO) -
     return outcome.exit_code
 
 
-
 # ------------------------------------------------------------------ the parser
 
 

@@ -255,6 +255,14 @@ def table_from_chrome(doc: Mapping[str, Any]) -> Any:
     return pa.Table.from_pydict(columns, schema=schema)
 
 
+def top_level_of(metadata: dict[bytes, bytes]) -> dict[str, Any]:
+    """The top-level keys a Parquet trace's metadata holds (``ValueError`` when they are not an object)."""
+    top = _Decoder()(metadata.get(TOP_LEVEL_KEY, b"{}"))
+    if not isinstance(top, dict):
+        raise ValueError(f"its top-level keys are not a JSON object but {type(top).__name__}")
+    return top
+
+
 def _check_format(table: Any, where: str) -> dict[bytes, bytes]:
     metadata = table.schema.metadata or {}
     found = metadata.get(FORMAT_KEY)
@@ -418,6 +426,7 @@ __all__ = [
     "read_parquet_table",
     "read_trace_document",
     "table_from_chrome",
+    "top_level_of",
     "write_json_trace",
     "write_parquet_table",
     "write_parquet_trace",

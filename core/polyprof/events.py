@@ -175,9 +175,7 @@ class Interner(dict):
         return tuple(self)
 
 
-def intern_column(
-    values: Iterable[Any], *, empty: Any = None, count: int = -1
-) -> tuple[np.ndarray, tuple]:
+def intern_column(values: Iterable[Any], *, empty: Any = None, count: int = -1) -> tuple[np.ndarray, tuple]:
     """Intern a stream of hashable values: returns ``(indices, table)``.
 
     Values equal to ``empty`` get index -1 and stay out of the table. Runs at

@@ -10,8 +10,9 @@
   ``rank 3``), and the sort index is the new process id, so the viewer lists rank 0's processes,
   then rank 1's, and so on. Thread names carry the rank too. Event names are left as they are, so
   tools that group by name still do.
-* **Flows stay within their rank.** Flow ids (``id``, ``bind_id``) become ``id * ranks + rank`` (a
-  string id gets ``@rank N``), so one rank's launch arrows never point into another rank.
+* **Flows stay within their rank.** Flow ids (``id``, ``bind_id``) become ``id * N + rank``, N the world
+  size or the largest rank plus one (a string id gets ``@rank N``), so one rank's launch arrows never
+  point into another rank, whichever ranks were left out.
 * **Clocks aligned.** Each rank's times are made absolute (its ``baseTimeNanoseconds`` plus ``ts``,
   to the nanosecond), then shifted by the alignment:
 
@@ -39,7 +40,7 @@ import attrs
 import numpy as np
 import orjson
 
-from polyprof.columnar import chrome_from_table, read_parquet_table
+from polyprof.columnar import chrome_from_table, read_parquet_table, top_level_of
 from polyprof.errors import PolyprofError
 from polyprof.fileio import atomic_writer, check_writable_path
 from polyprof.kineto_format import PROCESS_LABELS, PROCESS_NAME, PROCESS_SORT_INDEX, THREAD_NAME, us_to_ns
@@ -70,7 +71,7 @@ def _base_ns(top: dict[str, Any]) -> int:
 def _rank_times(parquet: str) -> tuple[int, dict[int, int] | None, int | None]:
     """(base ns, absolute start ns of each ProfilerStep#N, absolute ns of the earliest event)."""
     table = read_parquet_table(parquet, columns=["ph", "name", "ts"])
-    top = orjson.loads(table.schema.metadata[b"polyprof.chrome_top_level"])
+    top = top_level_of(table.schema.metadata or {})
     base = _base_ns(top)
     ts = table.column("ts").to_numpy(zero_copy_only=False)
     finite = np.isfinite(ts)
@@ -192,7 +193,9 @@ def merge_rank_set(rank_set: RankSet, path: str | os.PathLike[str], *, align: st
     shifts = _shifts(rank_set, align, times)
     earliest = [first + shifts[rank] for rank, (_, _, first) in times.items() if first is not None]
     merged_base = min(earliest) if earliest else 0
-    ranks = len(rank_set.ranks)
+    # flow ids are spread by the run's size, not the ranks kept: with ranks 0, 1 and 3 kept, rank 0's
+    # id 1 and rank 3's id 0 would otherwise meet
+    ranks = max([rank_set.world_size or 0, *(r.rank + 1 for r in rank_set.ranks)])
     process_counts = []
     for r in rank_set.ranks:
         table = read_parquet_table(r.parquet, columns=["pid", "pid_label"])

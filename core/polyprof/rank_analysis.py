@@ -26,7 +26,8 @@ with polyprof's ``key_averages`` of that rank's trace, which matches torch's tab
 **Kernels** are device events (categories ``kernel``, ``gpu_memcpy``, ``gpu_memset``): per rank and
 name, count and total duration. **Steps** are ``ProfilerStep#N`` annotations: per rank and step,
 the duration. **Overlap**, per rank with kernels: communication kernels are those whose name holds
-``nccl`` or ``rccl`` (any case; HTA's rule), computation kernels the others (memcpy and memset are
+``nccl`` or ``rccl`` (any case; HTA's measure, whose kernel classes differ in details between its
+versions), computation kernels the others (memcpy and memset are
 neither); the time covered by each (the union of their intervals over all streams) and by both at
 once, exactly, in nanoseconds. Overlap is the share of communication time that computation covered,
 as HTA's ``get_comm_comp_overlap`` reports it.
@@ -41,10 +42,13 @@ from typing import Any
 import attrs
 import numpy as np
 
+from polyprof._log import get_logger
 from polyprof.errors import PolyprofError
 from polyprof.kineto_format import us_to_ns
-from polyprof.rank_set import RankSet
-from polyprof.tree import FILTERED_NAMES, nesting_parents
+from polyprof.rank_set import RankSet, Skipped
+from polyprof.tree import FILTERED_NAMES, nesting_parents, post_processing_rules
+
+log = get_logger(__name__)
 
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 #: Communication kernels, by HTA's rule: NCCL's and RCCL's.
@@ -116,6 +120,8 @@ class RankRows:
     kernels: tuple[RankKernel, ...]
     steps: tuple[RankStep, ...]
     overlap: tuple[RankOverlap, ...] = ()
+    #: Ranks whose analysis failed (a file damaged past what its footer showed): named, left out.
+    failed: tuple[tuple[int, Skipped], ...] = ()
 
 
 _HOST_CATEGORIES = ("cpu_op", "operator", "user_annotation", "python_function", "overhead")
@@ -140,7 +146,8 @@ def _host_rows_sql(events: str) -> str:
     )
     return f"""
     with events as ({events})
-    select name, coalesce(pid, 0) as pid, coalesce(tid, 0) as tid, ts, dur
+    select name, coalesce(pid, 0) as pid, coalesce(tid, 0) as tid, ts, dur,
+           cat = 'python_function' as python
     from events
     where ph = 'X' and ({host}) and name is not null
       and ts is not null and dur is not null and isfinite(ts) and isfinite(dur) and dur >= 0
@@ -170,6 +177,7 @@ def _ops_of_rank(
     tid: np.ndarray,
     start: np.ndarray,
     duration: np.ndarray,
+    counted: np.ndarray,
 ) -> list[RankOp]:
     """Calls, CPU total and self CPU per name of one rank's sorted host rows (see the module notes)."""
     n = len(codes)
@@ -184,10 +192,10 @@ def _ops_of_rank(
     # torch's _remove_dup_nodes: the only child of a same-named parent folds into it
     folded = np.zeros(n, bool)
     folded[has] = (child_count[parent[has]] == 1) & (codes[parent[has]] == codes[has])
-    kept = ~folded
+    kept = ~folded & counted
     calls = np.bincount(codes[kept], minlength=len(table))
     total_ns = _sums(codes[kept], duration[kept], len(table))
-    self_by_name = _sums(codes, duration, len(table)) - _sums(codes, children_ns, len(table))
+    self_by_name = _sums(codes[counted], duration[counted] - children_ns[counted], len(table))
     by_key: dict[str, list[int]] = {}
     for code, name in enumerate(table):
         entry = by_key.setdefault(_STEP_NAME.sub("ProfilerStep*", name), [0, 0, 0])
@@ -292,10 +300,14 @@ def rows_of_rank(connection: Any, path: str, rank: int) -> RankRows:
     codes, table = _encoded(host.column("name"))
     pid, tid = host.column("pid").to_numpy(), host.column("tid").to_numpy()
     start, duration = us_to_ns(host.column("ts").to_numpy()), us_to_ns(host.column("dur").to_numpy())
+    # Python frames nest with the ops; from torch 2.14 key_averages leaves their rows out
+    python = host.column("python").to_numpy(zero_copy_only=False).astype(bool)
+    skip_python = post_processing_rules().key_averages_skips_python_functions
+    counted = ~python if skip_python else np.ones(len(python), bool)
     device = connection.sql(_device_rows_sql(events)).to_arrow_table()
     overlap = _overlap_of_rank(rank, device)
     return RankRows(
-        ops=tuple(_ops_of_rank(rank, codes, table, pid, tid, start, duration)),
+        ops=tuple(_ops_of_rank(rank, codes, table, pid, tid, start, duration, counted)),
         kernels=tuple(_kernels_of_rank(rank, device)),
         steps=tuple(_steps_of_rank(rank, codes, table, duration)),
         overlap=() if overlap is None else (overlap,),
@@ -309,8 +321,28 @@ def combine(parts: Sequence[RankRows]) -> RankRows:
         return tuple(sorted((row for part in parts for row in getattr(part, field)), key=_row_key))
 
     return RankRows(
-        ops=joined("ops"), kernels=joined("kernels"), steps=joined("steps"), overlap=joined("overlap")
+        ops=joined("ops"),
+        kernels=joined("kernels"),
+        steps=joined("steps"),
+        overlap=joined("overlap"),
+        failed=tuple(sorted((f for part in parts for f in part.failed), key=lambda f: f[0])),
     )
+
+
+def failed_rank(rank: int, path: str, exc: BaseException) -> RankRows:
+    """The rows of a rank whose analysis raised ``exc``: none, and why."""
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    reason = f"its analysis failed: {type(exc).__name__}: {first_line}"
+    return RankRows(ops=(), kernels=(), steps=(), failed=((rank, Skipped(path, reason)),))
+
+
+def rows_or_failure(connection: Any, path: str, rank: int) -> RankRows:
+    """``rows_of_rank``, or, when it raises, the rank named as failed: one rank never stops the run."""
+    try:
+        return rows_of_rank(connection, path, rank)
+    except Exception as exc:  # DuckDB's, pyarrow's and numpy's errors alike: this rank is unusable
+        log.warning("rank_analysis_failed", rank=rank, path=path, exc_info=True)
+        return failed_rank(rank, path, exc)
 
 
 def _row_key(row: Any) -> tuple[Any, ...]:
@@ -334,9 +366,17 @@ def duckdb_rank_rows(
     :param memory_limit: DuckDB's ``memory_limit`` (e.g. ``"2GB"``); past it DuckDB spills to
         ``temp_dir``. Default: DuckDB's (80% of the machine's memory).
     """
+    with connect(memory_limit=memory_limit, temp_dir=temp_dir) as connection:
+        return combine([rows_or_failure(connection, r.parquet, r.rank) for r in rank_set.ranks])
+
+
+def connect(*, memory_limit: str | None = None, temp_dir: str | None = None) -> Any:
+    """A DuckDB connection; a bad ``memory_limit`` is a ``ValueError`` saying so, before any work."""
     duckdb = duckdb_module()
-    with duckdb.connect(config=_duckdb_config(memory_limit, temp_dir)) as connection:
-        return combine([rows_of_rank(connection, r.parquet, r.rank) for r in rank_set.ranks])
+    try:
+        return duckdb.connect(config=_duckdb_config(memory_limit, temp_dir))
+    except duckdb.Error as exc:
+        raise ValueError(f"DuckDB refused its settings (memory limit {memory_limit!r}?): {exc}") from exc
 
 
 __all__ = [
@@ -347,7 +387,10 @@ __all__ = [
     "RankRows",
     "RankStep",
     "combine",
+    "connect",
     "duckdb_module",
     "duckdb_rank_rows",
+    "failed_rank",
     "rows_of_rank",
+    "rows_or_failure",
 ]

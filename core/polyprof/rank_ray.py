@@ -16,13 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from polyprof.rank_analysis import (
-    EngineUnavailableError,
-    RankRows,
-    combine,
-    duckdb_module,
-    rows_of_rank,
-)
+from polyprof.rank_analysis import EngineUnavailableError, RankRows, combine, connect, rows_or_failure
 from polyprof.rank_set import RankSet
 
 
@@ -39,14 +33,14 @@ def ray_module() -> Any:
 
 def _analyse_rank(row: dict[str, Any]) -> dict[str, Any]:
     """One Ray Data row: a rank's file in, its rows out (as one object, which Ray pickles)."""
-    duckdb = duckdb_module()
-    with duckdb.connect() as connection:
-        return {"rows": rows_of_rank(connection, row["path"], int(row["rank"]))}
+    with connect() as connection:
+        return {"rows": rows_or_failure(connection, row["path"], int(row["rank"]))}
 
 
 def ray_rank_rows(rank_set: RankSet, *, address: str | None = None) -> RankRows:
     """The per-rank rows of ``rank_set``, each rank analysed as a Ray Data task."""
     ray = ray_module()
+    connect(memory_limit=None).close()  # DuckDB is there, before the cluster starts
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)

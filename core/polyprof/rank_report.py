@@ -8,8 +8,8 @@
   and the slowest rank (the largest CPU total; the lowest rank on a tie);
 * **kernels across ranks** (device activity): the same over each kernel's total time;
 * **steps**: each rank's ``ProfilerStep#N`` durations (count, mean, median, min, max) and its
-  step-time ratio: for every step all ranks ran, the rank's duration over the median of the
-  ranks' durations, then the median of those ratios over the steps;
+  step-time ratio: for every step it ran that another rank ran too, its duration over the median
+  of the durations of the ranks that ran it, then the median of those ratios over its steps;
 * **stragglers**: ranks whose step-time ratio is at least ``1 + threshold``
   (``DEFAULT_STRAGGLER_THRESHOLD``: 10% slower than the median rank, step by step);
 * **the step-time distribution**: percentiles of all ranks' step durations;
@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 
 from polyprof.rank_analysis import RankOverlap, RankRows
-from polyprof.rank_set import RankSet
+from polyprof.rank_set import NoTracesError, RankSet
 from polyprof.table import format_time
 
 #: A rank is a straggler when its step-time ratio is at least 1 + this.
@@ -85,7 +85,7 @@ class RankSteps:
     median_us: float
     min_us: float
     max_us: float
-    #: The median over steps of (this rank's step time / the median rank's); None without shared steps.
+    #: The median over its steps of (its step time / the step's median over ranks); None without any.
     ratio: float | None
 
 
@@ -135,16 +135,19 @@ def _rank_steps(rows: RankRows, ranks: Sequence[int]) -> tuple[RankSteps, ...]:
     by_rank: dict[int, dict[int, float]] = defaultdict(dict)
     for step in rows.steps:
         by_rank[step.rank][step.step] = step.duration_us
-    shared = (
-        set.intersection(*(set(by_rank[r]) for r in ranks)) if all(r in by_rank for r in ranks) else set()
-    )
-    medians = {s: statistics.median(by_rank[r][s] for r in ranks) for s in shared}
+    # each step's median over the ranks that recorded it (two or more), so a rank without steps
+    # leaves the others' ratios alone
+    ranks_of_step: dict[int, list[float]] = defaultdict(list)
+    for r in ranks:
+        for s, duration in by_rank.get(r, {}).items():
+            ranks_of_step[s].append(duration)
+    medians = {s: statistics.median(values) for s, values in ranks_of_step.items() if len(values) > 1}
     out = []
     for rank in ranks:
         durations = by_rank.get(rank)
         if not durations:
             continue
-        ratios = [durations[s] / medians[s] for s in sorted(shared) if medians[s] > 0]
+        ratios = [durations[s] / medians[s] for s in sorted(durations) if medians.get(s, 0) > 0]
         values = list(durations.values())
         out.append(
             RankSteps(
@@ -165,6 +168,17 @@ def build_rank_report(
 ) -> RankReport:
     if not straggler_threshold >= 0:
         raise ValueError(f"the straggler threshold must be 0 or more, not {straggler_threshold!r}")
+    failed = dict(rows.failed)
+    if failed:  # named with the other traces left out, and out of every statistic
+        rank_set = attrs.evolve(
+            rank_set,
+            ranks=tuple(r for r in rank_set.ranks if r.rank not in failed),
+            skipped=rank_set.skipped + tuple(failed.values()),
+        )
+    if not rank_set.ranks:
+        raise NoTracesError(
+            "no rank could be analysed: " + "; ".join(f"{s.path}: {s.reason}" for s in rank_set.skipped)
+        )
     ranks = [r.rank for r in rank_set.ranks]
     ops = []
     for name, (by_rank, values) in _across(

@@ -243,7 +243,7 @@ def render_html(report: RankReport, *, row_limit: int = 20) -> str:
                         format_time(k.total_us.stddev),
                         str(k.slowest_rank),
                     ]
-                    for k in report.kernels[:limit]
+                    for k in report.kernels[: len(report.kernels) if row_limit < 0 else row_limit]
                 ],
                 "kernels",
             )

@@ -28,16 +28,17 @@ from collections.abc import Iterable
 from typing import Any
 
 import attrs
-import orjson
 
 from polyprof.chrome_reader import TraceFileError
 from polyprof.cli_convert import sources_of, trace_suffix
 from polyprof.columnar import (
     EVENTS_POSITION_KEY,
-    TOP_LEVEL_KEY,
+    FORMAT,
+    FORMAT_KEY,
     is_parquet_path,
     pyarrow_modules,
     read_trace_document,
+    top_level_of,
     write_parquet_trace,
 )
 from polyprof.errors import PolyprofError
@@ -95,15 +96,11 @@ def _top_level(parquet: str) -> tuple[dict[str, Any], int]:
     try:
         meta = pq.ParquetFile(parquet).metadata
         kv = meta.metadata or {}
-        if EVENTS_POSITION_KEY not in kv or TOP_LEVEL_KEY not in kv:
-            raise ValueError("not a polyprof Parquet trace (no polyprof metadata)")
-        top = orjson.loads(kv[TOP_LEVEL_KEY])
+        if kv.get(FORMAT_KEY, b"").decode(errors="replace") != FORMAT or EVENTS_POSITION_KEY not in kv:
+            raise ValueError(f"not a {FORMAT} Parquet trace")
+        top = top_level_of(kv)
     except Exception as exc:  # pyarrow's own errors and bad metadata alike: this file is unusable
         raise TraceFileError(parquet, f"not a readable polyprof Parquet trace: {exc}") from exc
-    if not isinstance(top, dict):
-        raise TraceFileError(
-            parquet, "not a readable polyprof Parquet trace: its top-level keys are not an object"
-        )
     return top, int(meta.num_rows)
 
 
@@ -112,25 +109,27 @@ def _start_ns(parquet: str, top: dict[str, Any]) -> int | None:
     column = pq.read_table(parquet, columns=["ts"]).column("ts")
     import pyarrow.compute as pc
 
-    first = pc.min(column).as_py()
+    finite = pc.filter(column, pc.is_finite(column))
+    first = pc.min(finite).as_py() if len(finite) else None
     base = top.get("baseTimeNanoseconds")
-    if first is None or first != first:  # none, or NaN
+    if first is None:
         return None
     base_ns = base if isinstance(base, int) and not isinstance(base, bool) else 0
     return base_ns + round(first * 1000)
 
 
-def _as_parquet(source: str, parquet_dir: str) -> str:
+def _as_parquet(source: str, parquet_dir: str, taken: set[str]) -> str:
     if is_parquet_path(source):
         return source
     stem = os.path.basename(source)
     stem = stem[: len(stem) - len(trace_suffix(stem) or "")]
-    # the index keeps a.json and a.json.gz apart
+    # a.json and a.json.gz of this run get two names; a file of an earlier run is replaced
     target = os.path.join(parquet_dir, f"{stem}.parquet")
     n = 1
-    while os.path.exists(target):
+    while target in taken:
         n += 1
         target = os.path.join(parquet_dir, f"{stem}.{n}.parquet")
+    taken.add(target)
     doc = read_trace_document(source)
     try:
         return write_parquet_trace(doc, target)
@@ -138,8 +137,8 @@ def _as_parquet(source: str, parquet_dir: str) -> str:
         raise TraceFileError(source, f"not a Chrome trace: {exc}") from exc
 
 
-def _read_one(source: str, parquet_dir: str) -> RankTrace:
-    parquet = _as_parquet(source, parquet_dir)
+def _read_one(source: str, parquet_dir: str, taken: set[str]) -> RankTrace:
+    parquet = _as_parquet(source, parquet_dir, taken)
     top, events = _top_level(parquet)
     info = top.get("distributedInfo")
     rank = world_size = backend = None
@@ -171,14 +170,17 @@ def collect_rank_set(paths: list[str], parquet_dir: str) -> RankSet:
     os.makedirs(parquet_dir, exist_ok=True)
     read: list[RankTrace] = []
     skipped: list[Skipped] = []
+    taken: set[str] = set()
     for source in sources:
         if not os.path.exists(source):
             skipped.append(Skipped(source, "no such file"))
             continue
         try:
-            read.append(_read_one(source, parquet_dir))
+            read.append(_read_one(source, parquet_dir, taken))
         except (PolyprofError, OSError) as exc:
             skipped.append(Skipped(source, str(exc).removeprefix(f"{source}: ")))
+        except Exception as exc:  # noqa: BLE001 - any other failure of one file: named, the others go on
+            skipped.append(Skipped(source, f"could not be read: {type(exc).__name__}: {exc}"))
     if not read:
         raise NoTracesError(
             f"none of the {len(sources)} trace files in {', '.join(paths)} could be read: "

@@ -41,7 +41,6 @@ class RunUsageError(PolyprofError):
     """The command line or its target is unusable; the message says why (exit status 2)."""
 
 
-
 @attrs.frozen
 class RunTarget:
     """What to run: a script path or a module name, and its arguments (``sys.argv[1:]``)."""
@@ -112,7 +111,6 @@ def _module_problem(name: str) -> str | None:
         if main_spec is None:
             return f"No module named {name}.__main__; {name!r} is a package and cannot be directly executed"
     return None
-
 
 
 @attrs.frozen

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from polyprof.distributed import RankOfProcess, default_worker_name, rank_of_process
+from polyprof.distributed import RankOfProcess, default_worker_name, rank_of_process, rank_of_trace
 
 pytest.importorskip("torch")
 
@@ -195,5 +195,24 @@ def test_polyprof_run_notes_the_group_whichever_way_the_script_destroys_it_and_p
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "restored: True" in done.stdout
-    ((_name, doc),) = traces(tmp_path / "out").values()
+    ((name, doc),) = traces(tmp_path / "out").values()
     assert doc["distributedInfo"]["backend"] == "gloo" and doc["distributedInfo"]["world_size"] == 1
+    # no launcher set RANK and the group was gone when the file was named: the trace's rank names it
+    assert name.startswith(f"one_rank.rank0_{socket.gethostname()}_"), name
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        ({"distributedInfo": '{"backend": "nccl", "rank": 5, "world_size": 16}'}, RankOfProcess(5, 16)),
+        ({"distributedInfo": '{"rank": 16, "world_size": 16}'}, None),
+        ({"distributedInfo": "not json"}, None),
+        ({"distributedInfo": '{"rank": "5", "world_size": 16}'}, None),
+        ({}, None),
+    ],
+)
+def test_a_traces_rank_names_its_file(metadata: dict[str, str], expected, monkeypatch) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    assert rank_of_trace(metadata) == expected
+    name = default_worker_name("host", 7, rank_of_trace(metadata))
+    assert name == ("host_7" if expected is None else f"{expected.label}_host_7")

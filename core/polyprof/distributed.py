@@ -15,6 +15,7 @@ group can exist.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Any
@@ -96,8 +97,24 @@ def rank_of_process() -> RankOfProcess | None:
     return RankOfProcess(rank=rank, world_size=world_size)
 
 
-def default_worker_name(hostname: str, pid: int) -> str:
-    """torch's ``<hostname>_<pid>``, led by the rank in a distributed job: ``rank03_<hostname>_<pid>``."""
+def rank_of_trace(metadata_json: dict[str, str]) -> RankOfProcess | None:
+    """The rank a trace's ``distributedInfo`` names (metadata as raw JSON text), or None."""
+    try:
+        info = json.loads(metadata_json.get("distributedInfo", "null"))
+        rank, world_size = info["rank"], info["world_size"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if type(rank) is not int or type(world_size) is not int or not 0 <= rank < world_size:
+        return None
+    return RankOfProcess(rank=rank, world_size=world_size)
+
+
+def default_worker_name(hostname: str, pid: int, rank: RankOfProcess | None = None) -> str:
+    """torch's ``<hostname>_<pid>``, led by the rank in a distributed job: ``rank03_<hostname>_<pid>``.
+
+    :param rank: the rank when the caller knows it (a trace's ``distributedInfo``); else this
+        process's, from its group or its launcher.
+    """
     worker = f"{hostname}_{pid}"
-    rank = rank_of_process()
+    rank = rank or rank_of_process()
     return worker if rank is None else f"{rank.label}_{worker}"

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
-from polyprof.distributed import default_worker_name
+from polyprof.distributed import default_worker_name, rank_of_trace
 from polyprof.exporting import export_trace
 from polyprof.profiler import ACC_EVENTS_WARNING
 from polyprof.run_options import RunOptions
@@ -233,8 +233,10 @@ class WholeScriptProfile:
         suffix = _FILE_SUFFIX.get(self.options.format) or (
             suffixes[0] if suffixes else f".{self.options.format}"
         )
-        # rank07_<host>_<pid> in a distributed job (torchrun sets RANK before the script runs)
-        worker = f"{self.target.file_stem}.{default_worker_name(socket.gethostname(), os.getpid())}"
+        # rank07_<host>_<pid> in a distributed job: the rank the trace noted (the group may be gone by
+        # now, and a launcher such as srun sets no RANK), else the process's
+        rank = rank_of_trace(dict(getattr(prof.trace, "metadata_json", {}) or {}))
+        worker = f"{self.target.file_stem}.{default_worker_name(socket.gethostname(), os.getpid(), rank)}"
         path = os.path.join(self.output_dir, f"{worker}.{time.time_ns()}{suffix}")
         # bounded like a profile's own export: a hung exporter must not hang the whole run
         written = export_trace(self.exporter, prof.trace, path)

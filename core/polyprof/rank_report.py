@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -263,6 +263,92 @@ def _short(name: str, width: int = 50) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
+OPS_HEADER = (
+    "Name",
+    "Ranks",
+    "Calls",
+    "Self CPU mean",
+    "min",
+    "max",
+    "stddev",
+    "CPU total mean",
+    "max",
+    "Slowest rank",
+)
+KERNELS_HEADER = ("Name", "Category", "Ranks", "Calls", "Total mean", "min", "max", "stddev", "Slowest rank")
+STEPS_HEADER = ("Rank", "Steps", "Mean", "Median", "Min", "Max", "Ratio")
+OVERLAP_HEADER = ("Rank", "Computation", "Communication", "Overlapped", "Overlap")
+
+
+def _limited(rows: Sequence[Any], row_limit: int) -> Sequence[Any]:
+    return rows if row_limit < 0 else rows[:row_limit]
+
+
+def op_rows(report: RankReport, row_limit: int, name: Callable[[str], str] = str) -> list[list[str]]:
+    """The cells of the ops table (text and HTML alike), ``row_limit`` rows (-1: all)."""
+    return [
+        [
+            name(op.name),
+            str(op.ranks),
+            str(op.calls),
+            format_time(op.self_us.mean),
+            format_time(op.self_us.min),
+            format_time(op.self_us.max),
+            format_time(op.self_us.stddev),
+            format_time(op.total_us.mean),
+            format_time(op.total_us.max),
+            str(op.slowest_rank),
+        ]
+        for op in _limited(report.ops, row_limit)
+    ]
+
+
+def kernel_rows(report: RankReport, row_limit: int, name: Callable[[str], str] = str) -> list[list[str]]:
+    """The cells of the device-activity table, ``row_limit`` rows (-1: all)."""
+    return [
+        [
+            name(k.name),
+            k.category,
+            str(k.ranks),
+            str(k.calls),
+            format_time(k.total_us.mean),
+            format_time(k.total_us.min),
+            format_time(k.total_us.max),
+            format_time(k.total_us.stddev),
+            str(k.slowest_rank),
+        ]
+        for k in _limited(report.kernels, row_limit)
+    ]
+
+
+def step_rows(report: RankReport) -> list[list[str]]:
+    """The cells of the steps table."""
+    return [
+        [
+            str(s.rank),
+            str(s.steps),
+            format_time(s.mean_us),
+            format_time(s.median_us),
+            format_time(s.min_us),
+            format_time(s.max_us),
+            "-" if s.ratio is None else f"{s.ratio:.3f}",
+        ]
+        for s in report.steps
+    ]
+
+
+def stragglers_named(report: RankReport) -> str:
+    """``rank 3 (1.28x), ...``, or ``none``."""
+    named = ", ".join(
+        f"rank {s.rank} ({s.ratio:.2f}x)" for s in report.steps if s.rank in report.stragglers and s.ratio
+    )
+    return named or "none"
+
+
+def step_percentiles_text(report: RankReport) -> str:
+    return ", ".join(f"p{p} {format_time(v)}" for p, v in report.step_percentiles)
+
+
 def overlap_rows(report: RankReport) -> list[list[str]]:
     return [
         [
@@ -289,94 +375,24 @@ def render_text(report: RankReport, *, row_limit: int = 20) -> str:
         lines.append(f"skipped {s.path}: {s.reason}")
     limit = len(report.ops) if row_limit < 0 else min(row_limit, len(report.ops))
     lines += ["", f"Ops across ranks, by mean self CPU time ({limit} of {len(report.ops)}):"]
-    lines += _table(
-        [
-            "Name",
-            "Ranks",
-            "Calls",
-            "Self CPU mean",
-            "min",
-            "max",
-            "stddev",
-            "CPU total mean",
-            "max",
-            "Slowest rank",
-        ],
-        [
-            [
-                _short(op.name),
-                str(op.ranks),
-                str(op.calls),
-                format_time(op.self_us.mean),
-                format_time(op.self_us.min),
-                format_time(op.self_us.max),
-                format_time(op.self_us.stddev),
-                format_time(op.total_us.mean),
-                format_time(op.total_us.max),
-                str(op.slowest_rank),
-            ]
-            for op in report.ops[:limit]
-        ],
-    )
+    lines += _table(OPS_HEADER, op_rows(report, limit, _short))
     if report.kernels:
         klimit = len(report.kernels) if row_limit < 0 else min(row_limit, len(report.kernels))
         lines += [
             "",
             f"Device activity across ranks, by mean total time ({klimit} of {len(report.kernels)}):",
         ]
-        lines += _table(
-            ["Name", "Category", "Ranks", "Calls", "Total mean", "min", "max", "stddev", "Slowest rank"],
-            [
-                [
-                    _short(k.name),
-                    k.category,
-                    str(k.ranks),
-                    str(k.calls),
-                    format_time(k.total_us.mean),
-                    format_time(k.total_us.min),
-                    format_time(k.total_us.max),
-                    format_time(k.total_us.stddev),
-                    str(k.slowest_rank),
-                ]
-                for k in report.kernels[:klimit]
-            ],
-            left=2,
-        )
+        lines += _table(KERNELS_HEADER, kernel_rows(report, klimit, _short), left=2)
     if report.overlap:
         lines += ["", "GPU kernels per rank: computation, communication (nccl/rccl), and both at once:"]
-        lines += _table(
-            ["Rank", "Computation", "Communication", "Overlapped", "Overlap"], overlap_rows(report), left=0
-        )
+        lines += _table(OVERLAP_HEADER, overlap_rows(report), left=0)
     if report.steps:
         lines += ["", "Steps (ProfilerStep#N) per rank; ratio: step by step against the median rank:"]
-        lines += _table(
-            ["Rank", "Steps", "Mean", "Median", "Min", "Max", "Ratio"],
-            [
-                [
-                    str(s.rank),
-                    str(s.steps),
-                    format_time(s.mean_us),
-                    format_time(s.median_us),
-                    format_time(s.min_us),
-                    format_time(s.max_us),
-                    "-" if s.ratio is None else f"{s.ratio:.3f}",
-                ]
-                for s in report.steps
-            ],
-            left=0,
+        lines += _table(STEPS_HEADER, step_rows(report), left=0)
+        lines.append(f"Step time over all ranks: {step_percentiles_text(report)}")
+        lines.append(
+            f"Stragglers (ratio >= {1 + report.straggler_threshold:.2f}): {stragglers_named(report)}"
         )
-        spread = ", ".join(f"p{p} {format_time(v)}" for p, v in report.step_percentiles)
-        lines.append(f"Step time over all ranks: {spread}")
-        at_least = f"ratio >= {1 + report.straggler_threshold:.2f}"
-        if report.stragglers:
-            named = ", ".join(
-                f"rank {s.rank} ({s.ratio:.2f}x)"
-                for s in report.steps
-                if s.rank in report.stragglers and s.ratio
-            )
-            lines.append(f"Stragglers ({at_least}): {named}")
-        else:
-            lines.append(f"Stragglers ({at_least}): none")
     else:
         lines += ["", "Steps: none (no ProfilerStep#N annotations: profile with a schedule and call step())"]
     return "\n".join(lines) + "\n"
@@ -384,13 +400,22 @@ def render_text(report: RankReport, *, row_limit: int = 20) -> str:
 
 __all__ = [
     "DEFAULT_STRAGGLER_THRESHOLD",
+    "KERNELS_HEADER",
+    "OPS_HEADER",
+    "OVERLAP_HEADER",
+    "STEPS_HEADER",
     "KernelAcrossRanks",
     "OpAcrossRanks",
     "RankReport",
     "RankSteps",
     "Spread",
     "build_rank_report",
+    "kernel_rows",
+    "op_rows",
     "overlap_rows",
     "render_text",
     "report_json",
+    "step_percentiles_text",
+    "step_rows",
+    "stragglers_named",
 ]

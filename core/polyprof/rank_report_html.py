@@ -15,7 +15,19 @@ import html
 import statistics
 from collections.abc import Sequence
 
-from polyprof.rank_report import RankReport, overlap_rows
+from polyprof.rank_report import (
+    KERNELS_HEADER,
+    OPS_HEADER,
+    OVERLAP_HEADER,
+    STEPS_HEADER,
+    RankReport,
+    kernel_rows,
+    op_rows,
+    overlap_rows,
+    step_percentiles_text,
+    step_rows,
+    stragglers_named,
+)
 from polyprof.table import format_time
 
 _BAR = "#4e79a7"
@@ -159,95 +171,20 @@ def render_html(report: RankReport, *, row_limit: int = 20) -> str:
     sections.append(_step_plot(report))
     if report.steps:
         at_least = f"ratio at least {1 + report.straggler_threshold:.2f}"
-        named = ", ".join(
-            f"rank {s.rank} ({s.ratio:.2f}x)" for s in report.steps if s.rank in report.stragglers and s.ratio
-        )
-        sections.append(f'<p id="stragglers">Stragglers ({_e(at_least)}): {_e(named or "none")}.</p>')
-        spread = ", ".join(f"p{p} {format_time(v)}" for p, v in report.step_percentiles)
-        sections.append(f"<p>Step time over all ranks: {_e(spread)}.</p>")
         sections.append(
-            _table(
-                ["Rank", "Steps", "Mean", "Median", "Min", "Max", "Ratio"],
-                [
-                    [
-                        str(s.rank),
-                        str(s.steps),
-                        format_time(s.mean_us),
-                        format_time(s.median_us),
-                        format_time(s.min_us),
-                        format_time(s.max_us),
-                        "-" if s.ratio is None else f"{s.ratio:.3f}",
-                    ]
-                    for s in report.steps
-                ],
-                "steps",
-            )
+            f'<p id="stragglers">Stragglers ({_e(at_least)}): {_e(stragglers_named(report))}.</p>'
         )
+        sections.append(f"<p>Step time over all ranks: {_e(step_percentiles_text(report))}.</p>")
+        sections.append(_table(STEPS_HEADER, step_rows(report), "steps"))
     if report.overlap:
         sections.append("<h2>GPU kernels per rank: computation and communication</h2>")
-        sections.append(
-            _table(
-                ["Rank", "Computation", "Communication", "Overlapped", "Overlap"],
-                overlap_rows(report),
-                "overlap",
-            )
-        )
+        sections.append(_table(OVERLAP_HEADER, overlap_rows(report), "overlap"))
     sections.append(f"<h2>Ops across ranks, by mean self CPU time ({limit} of {len(report.ops)})</h2>")
     sections.append(_ops_plot(report, min(limit, 15)))
-    sections.append(
-        _table(
-            [
-                "Name",
-                "Ranks",
-                "Calls",
-                "Self CPU mean",
-                "min",
-                "max",
-                "stddev",
-                "CPU total mean",
-                "max",
-                "Slowest rank",
-            ],
-            [
-                [
-                    op.name,
-                    str(op.ranks),
-                    str(op.calls),
-                    format_time(op.self_us.mean),
-                    format_time(op.self_us.min),
-                    format_time(op.self_us.max),
-                    format_time(op.self_us.stddev),
-                    format_time(op.total_us.mean),
-                    format_time(op.total_us.max),
-                    str(op.slowest_rank),
-                ]
-                for op in report.ops[:limit]
-            ],
-            "ops",
-        )
-    )
+    sections.append(_table(OPS_HEADER, op_rows(report, limit), "ops"))
     if report.kernels:
         sections.append("<h2>Device activity across ranks, by mean total time</h2>")
-        sections.append(
-            _table(
-                ["Name", "Category", "Ranks", "Calls", "Total mean", "min", "max", "stddev", "Slowest rank"],
-                [
-                    [
-                        k.name,
-                        k.category,
-                        str(k.ranks),
-                        str(k.calls),
-                        format_time(k.total_us.mean),
-                        format_time(k.total_us.min),
-                        format_time(k.total_us.max),
-                        format_time(k.total_us.stddev),
-                        str(k.slowest_rank),
-                    ]
-                    for k in report.kernels[: len(report.kernels) if row_limit < 0 else row_limit]
-                ],
-                "kernels",
-            )
-        )
+        sections.append(_table(KERNELS_HEADER, kernel_rows(report, row_limit), "kernels"))
     body = "\n".join(sections)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

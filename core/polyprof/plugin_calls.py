@@ -1,8 +1,9 @@
 """Calling a hook one plugin at a time, so that one plugin's failure costs only its own answer.
 
 pluggy calls every implementation of a hook in one go and stops at the first
-exception. ``HookCalls.each`` calls them one by one, in pluggy's order, each
-with the hook's wrappers around it: an exception gets a note naming the
+exception. ``HookCalls.each`` calls them one plugin at a time, in pluggy's
+order, through pluggy's public API only (``subset_hook_caller``), each with
+the hook's wrappers around it: an exception gets a note naming the
 plugin and is raised, or, with ``isolate_errors``, is logged and recorded as
 a ``HookFailure`` and the next plugin is asked. A plugin that raises
 ``PluginUnavailable`` is marked unavailable and skipped either way.
@@ -141,10 +142,16 @@ class HookCalls:
         isolate_errors: bool = False,
         only: pluggy.HookImpl | None = None,
     ) -> Iterator[tuple[str, Any]]:
-        """``(plugin, result)`` for each implementation of ``hook_name`` (``only``: that one).
+        """``(plugin, result)`` for each plugin implementing ``hook_name`` (``only``: that one's plugin).
 
         ``None`` results are left out; a firstresult hook stops at the first
         other result.
+
+        Each plugin is called through pluggy's public ``subset_hook_caller``,
+        with every other plugin that implements the hook left out, so hook
+        wrappers and hook-call monitoring apply as in a normal call. (A plugin
+        that both wraps and implements the same hook, which only ``specname``
+        allows, wraps its own call only.)
 
         :raises ValueError: no hook specification is named ``hook_name``.
         """
@@ -155,28 +162,33 @@ class HookCalls:
             raise ValueError(f"no hook named {hook_name!r}; known hooks: {', '.join(known)}")
         spec = caller.spec
         firstresult = bool(spec.opts.get("firstresult")) if spec is not None else False
-        call_kwargs = {**(spec.kwargdefaults if spec is not None else {}), **kwargs}
-        impls = caller.get_hookimpls()
-        wrappers = [i for i in impls if i.wrapper or i.hookwrapper]
-        for impl in reversed([i for i in impls if not (i.wrapper or i.hookwrapper)]):
-            if only is not None and impl is not only:
-                continue
+        plain = [i for i in caller.get_hookimpls() if not (i.wrapper or i.hookwrapper)]
+        # pluggy's call order: the last registered first.
+        plugins: list[tuple[str, object]] = []
+        for impl in reversed(plain):
+            if all(plugin is not impl.plugin for _, plugin in plugins):
+                plugins.append((impl.plugin_name, impl.plugin))
+        if only is not None:
+            plugins = [(name, plugin) for name, plugin in plugins if plugin is only.plugin]
+        for name, plugin in plugins:
+            others = [i.plugin for i in plain if i.plugin is not plugin]
+            one_plugin = self._manager.subset_hook_caller(hook_name, remove_plugins=others)
             try:
-                outcome = self._manager._hookexec(hook_name, [impl, *wrappers], call_kwargs, firstresult)
+                outcome = one_plugin(**kwargs)
             except PluginUnavailable as exc:
                 reason = str(exc) or "unavailable"
-                log.info("plugin_unavailable", plugin=impl.plugin_name, hook=hook_name, reason=reason)
-                self._directory.mark_unavailable(impl.plugin_name, reason)
+                log.info("plugin_unavailable", plugin=name, hook=hook_name, reason=reason)
+                self._directory.mark_unavailable(name, reason)
                 continue
             except Exception as exc:
                 if not isolate_errors:
-                    add_note(exc, f"raised by polyprof plugin {impl.plugin_name!r} in {hook_name}")
+                    add_note(exc, f"raised by polyprof plugin {name!r} in {hook_name}")
                     raise
-                self.record_failure(impl.plugin_name, hook_name, exc)
+                self.record_failure(name, hook_name, exc)
                 continue
             results: list[Any] = [outcome] if firstresult else list(cast("Iterable[Any]", outcome))
             for result in results:
                 if result is not None:
-                    yield impl.plugin_name, result
+                    yield name, result
                     if firstresult:
                         return

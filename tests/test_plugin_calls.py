@@ -1,0 +1,201 @@
+"""Calling a hook plugin by plugin through pluggy's public API only (``polyprof.plugin_calls``).
+
+In the ``plugin_host`` subset (tests/conftest.py), so it runs on every pluggy CI installs: the
+floors run's 1.5, the newest-torch run's 1.6 (what GPU images ship) and the whole suite's newest.
+pluggy 1.6 broke every profile when this module read ``HookSpec.kwargdefaults`` (added in 1.7) and
+called the private ``PluginManager._hookexec``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pluggy
+import pytest
+
+import polyprof
+from polyprof import hookspecs
+from polyprof.activity import ProfilerActivity
+from polyprof.config import ProfileConfig
+from polyprof.plugin_calls import HookCalls
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = (
+    "core/polyprof",
+    "plugins/polyprof_builtins",
+    "plugins_cuda/polyprof_cuda",
+    "plugins_xpu/polyprof_xpu",
+)
+HOOK = "polyprof_torch_collector_activities"
+CONFIG = ProfileConfig(activities={ProfilerActivity.CPU})
+
+
+class _Directory:
+    def __init__(self) -> None:
+        self.unavailable: dict[str, str] = {}
+
+    def describe_plugin(self, name: str) -> str:
+        return f"plugin {name!r}"
+
+    def distribution_of(self, name: str) -> str | None:
+        return None
+
+    def mark_unavailable(self, name: str, reason: str) -> None:
+        self.unavailable[name] = reason
+
+
+class _Answers:
+    def __init__(self, answer: list[str]) -> None:
+        self.answer = answer
+
+    @polyprof.hookimpl
+    def polyprof_torch_collector_activities(self, config: ProfileConfig) -> list[str]:
+        return self.answer
+
+
+class _Wrapper:
+    """A new-style wrapper (pluggy 1.1+) that notes every call it wraps and what came back."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    @polyprof.hookimpl(wrapper=True)
+    def polyprof_torch_collector_activities(self, config: ProfileConfig) -> Iterator[None]:
+        results = yield
+        self.seen.append(results)
+        return results
+
+
+class _OldStyleWrapper:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @polyprof.hookimpl(hookwrapper=True)
+    def polyprof_torch_collector_activities(self, config: ProfileConfig) -> Iterator[None]:
+        self.calls += 1
+        yield
+
+
+def _manager(*plugins: tuple[str, object]) -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    for name, plugin in plugins:
+        pm.register(plugin, name=name)
+    return pm
+
+
+def test_each_plugin_is_called_on_its_own_in_pluggys_order() -> None:
+    pm = _manager(("first", _Answers(["CUDA"])), ("second", _Answers(["XPU"])))
+    calls = HookCalls(pm, _Directory())
+    # pluggy calls the last registered first; so does each()
+    assert list(calls.each(HOOK, {"config": CONFIG})) == [("second", ["XPU"]), ("first", ["CUDA"])]
+    assert pm.hook.polyprof_torch_collector_activities(config=CONFIG) == [["XPU"], ["CUDA"]]
+
+
+def test_wrappers_run_around_each_plugins_call() -> None:
+    wrapper, old_style = _Wrapper(), _OldStyleWrapper()
+    pm = _manager(
+        ("first", _Answers(["CUDA"])),
+        ("wrapper", wrapper),
+        ("old-style", old_style),
+        ("second", _Answers(["XPU"])),
+    )
+    calls = HookCalls(pm, _Directory())
+    assert [name for name, _ in calls.each(HOOK, {"config": CONFIG})] == ["second", "first"]
+    assert wrapper.seen == [[["XPU"]], [["CUDA"]]]
+    assert old_style.calls == 2
+
+
+def test_monitoring_sees_one_call_per_plugin() -> None:
+    pm = _manager(("first", _Answers(["CUDA"])), ("second", _Answers(["XPU"])))
+    seen: list[list[str]] = []
+    pm.add_hookcall_monitoring(
+        lambda hook_name, impls, kwargs: seen.append([i.plugin_name for i in impls]),
+        lambda outcome, hook_name, impls, kwargs: None,
+    )
+    list(HookCalls(pm, _Directory()).each(HOOK, {"config": CONFIG}))
+    assert seen == [["second"], ["first"]]
+
+
+def test_only_calls_the_plugin_of_that_implementation() -> None:
+    pm = _manager(("first", _Answers(["CUDA"])), ("second", _Answers(["XPU"])))
+    [first_impl] = [
+        i for i in pm.hook.polyprof_torch_collector_activities.get_hookimpls() if i.plugin_name == "first"
+    ]
+    calls = HookCalls(pm, _Directory())
+    assert list(calls.each(HOOK, {"config": CONFIG}, only=first_impl)) == [("first", ["CUDA"])]
+
+
+def test_a_firstresult_hook_stops_at_the_first_answer_and_skips_none() -> None:
+    class Exporter:
+        def __init__(self, answer: object) -> None:
+            self.answer = answer
+            self.asked = 0
+
+        @polyprof.hookimpl
+        def polyprof_make_exporter(self, config: ProfileConfig, name: str) -> object:
+            self.asked += 1
+            return self.answer
+
+    last, silent, first = Exporter("from last"), Exporter(None), Exporter("from first")
+    pm = _manager(("first", first), ("silent", silent), ("last", last))
+    calls = HookCalls(pm, _Directory())
+    assert list(calls.each("polyprof_make_exporter", {"config": CONFIG, "name": "x"})) == [
+        ("last", "from last")
+    ]
+    assert (last.asked, silent.asked, first.asked) == (1, 0, 0)
+    last.answer = None
+    assert list(calls.each("polyprof_make_exporter", {"config": CONFIG, "name": "x"})) == [
+        ("first", "from first")
+    ]
+    assert (last.asked, silent.asked, first.asked) == (2, 1, 1)
+
+
+def test_a_profile_works_on_the_installed_pluggy() -> None:
+    """The failure GPU images met (pluggy 1.6): every profile failed at start."""
+    torch = pytest.importorskip("torch")
+    with polyprof.profile(activities=[polyprof.ProfilerActivity.CPU]) as prof:
+        torch.ones(4).add(1)
+    assert any(e.key == "aten::add" for e in prof.key_averages())
+    print(f"pluggy {importlib.metadata.version('pluggy')}")
+
+
+def _private_pluggy_names() -> set[str]:
+    """Private attributes of pluggy's public classes, as the installed pluggy has them."""
+    names: set[str] = set()
+    for cls in (pluggy.PluginManager, pluggy.HookCaller, pluggy.HookImpl, pluggy.HookRelay, pluggy.Result):
+        names |= {n for n in dir(cls) if n.startswith("_") and not n.endswith("__")}
+    names |= {n for n in vars(pluggy.PluginManager("probe")) if n.startswith("_")}
+    # typing's Protocol machinery, not pluggy's
+    return names - {"_is_protocol", "_is_runtime_protocol"}
+
+
+def test_polyprof_uses_only_pluggys_public_api() -> None:
+    """No private attribute of pluggy's classes, and from ``pluggy.`` only the names it exports.
+
+    A pluggy release may change anything private (1.7 added ``HookSpec.kwargdefaults``, which 1.6
+    lacks). Pinned names, so that a newer pluggy's new private names cannot make this pass vacuously.
+    """
+    private = _private_pluggy_names() | {"_hookexec", "_inner_hookexec", "_name2plugin", "_hookimpls"}
+    exported = set(pluggy.__all__)
+    found = []
+    for folder in SOURCES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(), filename=str(path))
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Attribute):
+                    continue
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                if node.attr in private or node.attr in {"kwargdefaults", "argnames", "kwargnames"}:
+                    found.append(f"{where}: .{node.attr}")
+                if (
+                    isinstance(node.value, ast.Name)
+                    and node.value.id == "pluggy"
+                    and node.attr not in exported
+                ):
+                    found.append(f"{where}: pluggy.{node.attr} is not in pluggy.__all__")
+    assert not found, "pluggy used outside its public API:\n" + "\n".join(found)

@@ -8,8 +8,8 @@ Topology::
                    streamed subscriber's own bounded memory stream
         bus loop: one feed task per streamed subscriber: receive -> consume() in a worker thread
 
-The bus runs an anyio event loop (asyncio backend) on one daemon thread,
-started lazily through ``anyio.from_thread.start_blocking_portal``. The user's
+The bus runs an anyio event loop (asyncio backend) on one daemon thread that it
+starts lazily itself (``_run_bus_loop``), serving an ``anyio.from_thread.BlockingPortal``. The user's
 thread only makes lifecycle calls (``start``, ``add_tracer``, ``subscribe``,
 ``flush``, ``finish_recording``, ``close``, ``statistics``); it never runs a
 portal round trip per batch, and the bus never touches an event loop that the
@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import inspect
 import math
 import os
 import threading
@@ -416,7 +415,38 @@ def _check_capacity(capacity: Any) -> int:
     return capacity
 
 
-_PORTAL_TAKES_NAME = "name" in inspect.signature(anyio.from_thread.start_blocking_portal).parameters
+def _run_bus_loop(ready: concurrent.futures.Future[Any]) -> None:
+    """The bus thread's whole life: an anyio loop (asyncio backend) serving one blocking portal.
+
+    polyprof starts this thread itself rather than through anyio's ``start_blocking_portal``:
+    that ran the loop on a thread-pool worker before anyio 4.5 and on a daemon thread after, and
+    named its root frame differently. Here the thread is a daemon on every anyio release, and its
+    root frame is this function, by which the torch tracer tells polyprof's own Python frames
+    from the user's (``polyprof_builtins.torch_cpu``).
+    """
+
+    async def serve() -> None:
+        async with anyio.from_thread.BlockingPortal() as portal:
+            if ready.set_running_or_notify_cancel():
+                ready.set_result(portal)
+                await portal.sleep_until_stopped()
+
+    try:
+        anyio.run(serve, backend="asyncio")
+    except BaseException as exc:
+        if ready.done():
+            raise  # after the start: the thread's excepthook reports it
+        ready.set_exception(exc)
+
+
+def _stop_portal(portal: Any, thread: threading.Thread | None, timeout_s: float | None = None) -> None:
+    """Stop the bus loop's portal (cancelling what it still runs) and join its thread."""
+    try:
+        portal.call(portal.stop, True)
+    except RuntimeError:  # stopped already
+        pass
+    if thread is not None:
+        thread.join(timeout=timeout_s)
 
 
 class _BusEngine:
@@ -447,7 +477,6 @@ class _BusEngine:
         # Lifecycle (user's threads).
         self._lifecycle_lock = threading.Lock()
         self._state = "new"  # new -> running -> closing -> closed
-        self._portal_cm: Any = None
         self._portal: Any = None
         self._supervisor: concurrent.futures.Future | None = None
         self.loop_thread: threading.Thread | None = None
@@ -487,16 +516,16 @@ class _BusEngine:
                 return
             if self._state != "new":
                 raise RuntimeError("this EventBus is closed; create a new EventBus")
-            kwargs = {"name": self.thread_name} if _PORTAL_TAKES_NAME else {}
-            cm = anyio.from_thread.start_blocking_portal("asyncio", **kwargs)
-            portal = cm.__enter__()
+            ready: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            thread = threading.Thread(target=_run_bus_loop, args=(ready,), name=self.thread_name, daemon=True)
+            thread.start()
+            portal = ready.result()
             try:
                 self._supervisor, _ = portal.start_task(self._supervise, name="polyprof-bus supervisor")
-                self.loop_thread = portal.call(threading.current_thread)
-            except BaseException as exc:
-                cm.__exit__(type(exc), exc, exc.__traceback__)
+            except BaseException:
+                _stop_portal(portal, thread)
                 raise
-            self._portal_cm, self._portal = cm, portal
+            self.loop_thread, self._portal = thread, portal
             self.owner_pid = os.getpid()
             self._state = "running"
 
@@ -558,7 +587,7 @@ class _BusEngine:
 
     def _shut_down(self) -> None:
         deadline = time.monotonic() + self.stop_timeout_s
-        portal, cm, supervisor = self._portal, self._portal_cm, self._supervisor
+        portal, thread, supervisor = self._portal, self.loop_thread, self._supervisor
         try:
             portal.start_task_soon(self._cancel_everything)
             supervisor.result(timeout=self.stop_timeout_s)
@@ -574,18 +603,14 @@ class _BusEngine:
         except BaseException as exc:  # the supervisor died earlier; it was logged then
             if not isinstance(exc, Exception):
                 raise
-        try:
-            # Cancels what a user thread may still await (a flush in flight), then stops.
-            portal.call(portal.stop, True)
-        except RuntimeError:
-            pass
-        cm.__exit__(None, None, None)  # joins the loop thread (its own stop call is a no-op now)
+        # Cancels what a user thread may still await (a flush in flight), stops, joins the thread.
+        _stop_portal(portal, thread, timeout_s=max(0.0, deadline - time.monotonic()))
         with self._worker_threads_lock:
             workers = list(self._worker_threads)
             self._worker_threads.clear()
         for worker in workers:
             worker.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._portal = self._portal_cm = self._supervisor = None
+        self._portal = self._supervisor = None
         self._state = "closed"
 
     def note_worker_thread(self) -> None:
@@ -598,8 +623,6 @@ class _BusEngine:
     # ------------------------------------------------------------------ loop: supervision
 
     async def _supervise(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        if not _PORTAL_TAKES_NAME:
-            threading.current_thread().name = self.thread_name
         try:
             async with anyio.create_task_group() as task_group:
                 self._task_group = task_group

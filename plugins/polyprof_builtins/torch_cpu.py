@@ -556,12 +556,10 @@ def _host_row_mask(rows: ResultRows, claims: DeviceRowClaims) -> np.ndarray:
     return np.array(claims.host_row_mask(events, types), dtype=bool)
 
 
-#: Frames that only polyprof's own bus threads run: the portal thread's entry, and the closer.
+#: Frames that only polyprof's own bus threads run: the loop thread's root, and the closer.
 #: Not every bus.py frame: the user's thread calls into the bus too (start, stop, statistics),
 #: and matching those took the user's whole call tree for polyprof's.
-_OWN_THREAD_FRAME = re.compile(
-    r"anyio/from_thread\.py\(\d+\): run_blocking_portal$|(^|/)(polyprof|core)/bus\.py\(\d+\): _shut_down$"
-)
+_OWN_THREAD_FRAME = re.compile(r"(^|/)(polyprof|core)/bus\.py\(\d+\): (_run_bus_loop|_shut_down)$")
 #: The first frame of every ``threading.Thread``. torch chains the stacks of the threads it never
 #: saw run (blocked all along) into one: each such thread's entry names the previous thread's
 #: innermost frame as its parent. Call trees are cut here so each thread is its own tree.

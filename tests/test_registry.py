@@ -738,6 +738,7 @@ def test_plugin_info_json_and_validation(installed):
         "aggregators": [],
         "unavailable_reason": None,
         "mode": None,
+        "provisional": None,
     }
     with pytest.raises(ValueError):
         PluginInfo("x", "x", None, None, status="sleeping")

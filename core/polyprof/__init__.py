@@ -30,8 +30,10 @@ def __getattr__(name: str):
 
 def supported_activities() -> set[ProfilerActivity]:
     """Activities that installed, usable plugins can record here (torch's function of the same name)."""
+    from polyprof import torch_support
     from polyprof.registry import make_plugin_manager
 
+    torch_support.import_installed()  # as torch's own function does: the plugins ask torch itself
     pm = make_plugin_manager()
     try:
         return set(pm.supported_activities())

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from polyprof import __version__
+from polyprof import __version__, torch_support
 from polyprof.cli_convert import add_convert_command
 from polyprof.cli_merge import add_merge_command
 from polyprof.cli_report import add_report_command
@@ -100,6 +100,14 @@ def add_plugins_command(subparsers: Any) -> None:
     parser.add_argument(
         "--tracebacks", action="store_true", help="after the table, print the traceback of each failed plugin"
     )
+    parser.add_argument(
+        "--import-torch",
+        action="store_true",
+        help=(
+            "import torch first, so that plugins answer from torch itself (whether it sees a GPU, whether "
+            "its profiler can be driven) instead of provisionally from its package files; takes seconds"
+        ),
+    )
     parser.set_defaults(handler=run_plugins_command)
 
 
@@ -150,12 +158,32 @@ def format_plugin_table(infos: Sequence[PluginInfo]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def format_provisional_notes(infos: Sequence[PluginInfo]) -> str:
+    """Under the table: which answers were given without torch, and what would confirm each."""
+    provisional = [info for info in infos if info.provisional]
+    if not provisional:
+        return ""
+    lines = [
+        "",
+        *textwrap.wrap(
+            "Provisional: torch is not imported (that takes seconds), so these plugins answered from "
+            "its package files and the machine; a profile imports torch and asks it "
+            "(`polyprof plugins --import-torch` asks it now):",
+            width=100,
+        ),
+    ]
+    lines += [f"  {info.name}: {info.provisional}" for info in provisional]
+    return "\n".join(lines) + "\n"
+
+
 def run_plugins_command(args: argparse.Namespace) -> int:
     logger = logging.getLogger("polyprof")
     quiet = args.verbose == 0 and not env_flag(TRACE_ENV)
     level = logger.level
     if quiet:  # load failures are this command's output; do not repeat them as log lines
         logger.setLevel(logging.ERROR)
+    if args.import_torch:
+        torch_support.import_installed()
     try:
         with make_plugin_manager() as pm:
             infos = pm.plugin_infos()
@@ -167,6 +195,7 @@ def run_plugins_command(args: argparse.Namespace) -> int:
         out.write("\n")
         return 0
     out.write(format_plugin_table(infos))
+    out.write(format_provisional_notes(infos))
     failed = [info for info in infos if info.traceback]
     if args.tracebacks:
         for info in failed:
@@ -197,7 +226,7 @@ def add_kineto_reader_command(subparsers: Any) -> None:
 
 
 def run_kineto_reader_command(args: argparse.Namespace) -> int:
-    from polyprof import native_reader, torch_support
+    from polyprof import native_reader
 
     reason = torch_support.unsupported_reason()
     if reason is not None:

@@ -59,6 +59,11 @@ class Capabilities:
     #: How it records here, when that can differ (``polyprof plugins`` shows it next to the status),
     #: e.g. "via torch's Kineto (CUDA 13.0)".
     mode: str | None = None
+    #: Set when the answer was given without asking torch, which is not imported (listing plugins
+    #: never imports it: that takes seconds): what a profile asks when it starts, which confirms or
+    #: overturns it, e.g. "whether torch sees a GPU". A profile imports torch before reading
+    #: capabilities, so its answers are never provisional.
+    provisional: str | None = None
 
 
 class Outbox:

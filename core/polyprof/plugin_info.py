@@ -54,12 +54,18 @@ class PluginInfo:
     @property
     def display_status(self) -> str:
         """``loaded`` (with the plugin's mode, if it says one), or the status and its reason on one line."""
+        provisional = " (provisional)" if self.provisional else ""
         if self.status == "loaded":
             mode = self.capabilities.mode if self.capabilities is not None else None
-            return f"loaded, {mode}" if mode else "loaded"
+            return (f"loaded, {mode}" if mode else "loaded") + provisional
         if not self.reason:
-            return self.status
-        return f"{self.status}: {' '.join(self.reason.split())}"
+            return self.status + provisional
+        return f"{self.status}{provisional}: {' '.join(self.reason.split())}"
+
+    @property
+    def provisional(self) -> str | None:
+        """What would confirm the status, when the plugin answered without asking torch."""
+        return self.capabilities.provisional if self.capabilities is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``polyprof plugins --json``)."""
@@ -82,6 +88,7 @@ class PluginInfo:
                 "aggregators": list(caps.aggregators),
                 "unavailable_reason": caps.unavailable_reason,
                 "mode": caps.mode,
+                "provisional": caps.provisional,
             },
             "hooks": list(self.hooks),
             "conflicts_with": list(self.conflicts_with),

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from polyprof import activity_resolution
+from polyprof import activity_resolution, torch_support
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity, coerce_activity
 from polyprof.activity_resolution import resolve_activities  # noqa: F401 - still importable from here
@@ -118,6 +118,8 @@ class Session:
         from polyprof.registry import make_plugin_manager
 
         owns_pm = plugin_manager is None
+        # Plugins answer from torch itself once it is imported, never provisionally (Capabilities).
+        torch_support.import_installed()
         pm = plugin_manager if plugin_manager is not None else make_plugin_manager()
         requested = None if activities is None else frozenset(coerce_activity(a) for a in activities)
         chosen = activity_resolution.resolve_activities(pm, requested)

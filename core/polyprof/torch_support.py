@@ -177,6 +177,43 @@ def unsupported_reason() -> str | None:
     return None
 
 
+def unsupported_reason_from_build(build: TorchBuild | None) -> str | None:
+    """What ``unsupported_reason`` can say from the installed package's files alone (no import).
+
+    None when the version is in the supported range: whether the build has the profiler polyprof
+    reads is asked when torch is imported (``unsupported_reason``).
+    """
+    if build is None:
+        return f"torch is not installed; polyprof supports torch {SUPPORTED_RANGE_TEXT}"
+    try:
+        version = parse_version(build.version)
+    except ValueError:
+        return None  # an unreadable version.py: torch itself answers when imported
+    if not SUPPORTED_MIN <= version[:2] <= SUPPORTED_MAX:
+        return f"torch {build.version} is not supported: polyprof supports torch {SUPPORTED_RANGE_TEXT}"
+    return None
+
+
+def import_installed() -> None:
+    """Import torch where it is installed, so that plugins answer from torch itself.
+
+    A profile calls it before reading plugins' capabilities, which are provisional while torch is
+    not imported (``Capabilities.provisional``). A torch that fails to import is left for the
+    plugins to report.
+    """
+    import importlib.util
+    import sys
+
+    if "torch" in sys.modules:
+        return
+    try:
+        if importlib.util.find_spec("torch") is None:
+            return
+        import torch  # noqa: F401
+    except Exception:  # noqa: BLE001 - a broken torch is reported by the plugins that need it
+        return
+
+
 #: The ``_ExperimentalConfig`` flags polyprof reads back from a user's config.
 READ_BACK_FLAGS = ("verbose", "profile_all_threads", "capture_overload_names", "trace_only")
 

@@ -15,6 +15,7 @@ import copy
 import gc
 import os
 import re
+import sys
 import threading
 import time
 import warnings
@@ -1141,6 +1142,14 @@ class TorchCpuUnavailable(PolyprofError):
 
 @hookimpl(trylast=True)
 def polyprof_capabilities() -> Capabilities:
+    if "torch" not in sys.modules:
+        # Listing plugins never imports torch (seconds): its package files say its version.
+        reason = torch_support.unsupported_reason_from_build(torch_support.installed_build())
+        return Capabilities(
+            activities={ProfilerActivity.CPU},
+            unavailable_reason=reason,
+            provisional=None if reason else "whether this torch build has the profiler polyprof reads",
+        )
     return Capabilities(activities={ProfilerActivity.CPU}, unavailable_reason=torch_unavailable_reason())
 
 

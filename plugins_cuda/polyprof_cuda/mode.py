@@ -15,9 +15,11 @@ wheel torch's CUDA wheels pin. Whether a device is visible is asked when CUDA is
 
 from __future__ import annotations
 
+import ctypes.util
 import importlib.metadata
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 import attrs
@@ -76,6 +78,29 @@ def installed_cupti_version(
         if version and version.split(".", 1)[0] == major:
             return version
     return None
+
+
+#: Where an NVIDIA driver shows itself without being loaded: its kernel module's version file and
+#: its control device (libcuda is then looked up in the loader's cache).
+DRIVER_FILES = ("/proc/driver/nvidia/version", "/dev/nvidiactl")
+
+
+def driver_reason(
+    environ: Mapping[str, str] = os.environ,
+    exists: Callable[[str], bool] = os.path.exists,
+    find_library: Callable[[str], str | None] = ctypes.util.find_library,
+) -> str | None:
+    """Why no GPU can be visible here, from the environment and the driver's files, else None.
+
+    What ``polyprof plugins`` can tell without importing torch (which takes seconds): it never
+    loads the driver, so "None" is provisional until torch says whether it sees a GPU.
+    """
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and (not visible.strip() or visible.strip().startswith("-1")):
+        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
+    if any(exists(path) for path in DRIVER_FILES) or find_library("cuda"):
+        return None
+    return f"no NVIDIA driver found (neither {' nor '.join(DRIVER_FILES)} exists, and no libcuda)"
 
 
 def choose_mode(torch_build: TorchBuild | None, cupti_version: Callable[[str], str | None]) -> CudaMode:

@@ -23,12 +23,21 @@ def polyprof_capabilities() -> Capabilities:
     chosen = mode.current_mode()
     if chosen.kind is None:
         return Capabilities(activities={ProfilerActivity.CUDA}, unavailable_reason=chosen.detail)
-    if "torch" in sys.modules:
-        # torch is loaded (so is its CUDA runtime): ask it whether it can record CUDA, as
-        # torch.profiler.supported_activities() does, so default activities match torch's
-        reason = kineto.kineto_mode_reason()
+    if "torch" not in sys.modules:
+        # Listing plugins never imports torch (seconds): the driver's files and
+        # CUDA_VISIBLE_DEVICES answer for now; a profile imports torch and asks it.
+        provisional = "whether torch sees a GPU (torch.cuda.is_available())"
+        reason = mode.driver_reason()
         if reason is not None:
-            return Capabilities(activities={ProfilerActivity.CUDA}, unavailable_reason=reason)
+            return Capabilities(
+                activities={ProfilerActivity.CUDA}, unavailable_reason=reason, provisional=provisional
+            )
+        return Capabilities(activities={ProfilerActivity.CUDA}, mode=chosen.detail, provisional=provisional)
+    # torch is loaded (so is its CUDA runtime): ask it whether it can record CUDA, as
+    # torch.profiler.supported_activities() does, so default activities match torch's
+    reason = kineto.kineto_mode_reason()
+    if reason is not None:
+        return Capabilities(activities={ProfilerActivity.CUDA}, unavailable_reason=reason)
     return Capabilities(activities={ProfilerActivity.CUDA}, mode=chosen.detail)
 
 

@@ -45,10 +45,15 @@ def unavailable_reason(*, ask_torch: bool = True) -> str | None:
 @hookimpl
 def polyprof_capabilities() -> Capabilities:
     # Ask torch about the device only when it is loaded: listing plugins never imports torch.
-    reason = unavailable_reason(ask_torch="torch" in sys.modules)
-    if reason is not None:
+    ask_torch = "torch" in sys.modules
+    reason = unavailable_reason(ask_torch=ask_torch)
+    if reason is not None:  # the build or IPEX_ZE_TRACING: final without torch's word
         return Capabilities(activities={ProfilerActivity.XPU}, unavailable_reason=reason)
-    return Capabilities(activities={ProfilerActivity.XPU}, mode=current_mode().detail)
+    # Without torch, an XPU build is a provisional answer: a profile imports torch and asks it.
+    provisional = None if ask_torch else "whether torch sees an XPU (torch.xpu.is_available())"
+    return Capabilities(
+        activities={ProfilerActivity.XPU}, mode=current_mode().detail, provisional=provisional
+    )
 
 
 @hookimpl

@@ -6,11 +6,13 @@
 #
 # What it does, offline:
 #   1. prints the machine's facts (nvidia-smi, Python, torch and its CUDA, Triton, a C compiler);
-#   2. installs every wheel in shared/wheels (or $POLYPROF_GPU_WHEELS) with --no-deps into
-#      /tmp/polyprof-gpu-site and puts that first on PYTHONPATH: polyprof's needs that the
-#      machine lacks (the nvidia-h200 image has pluggy, anyio, attrs, numpy, pytest but, as
-#      listed in the device notes, neither structlog nor orjson), and for the HTA checks
-#      HolisticTraceAnalysis, plotly and pydot (and pandas<3: HTA 0.5 fails with pandas 3);
+#   2. installs, from the wheels in shared/wheels (or $POLYPROF_GPU_WHEELS), only what the machine
+#      lacks, with --no-deps into /tmp/polyprof-gpu-site, first on PYTHONPATH: a wheel is carried
+#      in only when the machine has no copy of its distribution, or one that does not satisfy what
+#      polyprof's pyproject files (or the HTA check) declare; never a newer copy of something the
+#      machine has (pluggy 1.6 on the nvidia-h200 image satisfies polyprof, so it is used). On that
+#      image that means structlog and orjson, and for the HTA checks HolisticTraceAnalysis, plotly
+#      and pydot (and pandas<3 if its pandas is 3: HTA 0.5 fails with pandas 3);
 #   3. installs polyprof and polyprof-cuda from this checkout without network
 #      (pip install --no-deps --no-build-isolation -e . -e plugins_cuda; where the machine's
 #      setuptools cannot build them, setuptools < 77, the checkout goes on PYTHONPATH with
@@ -34,10 +36,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
 WHEELS="${POLYPROF_GPU_WHEELS:-$ROOT/shared/wheels}"
 SITE="${POLYPROF_GPU_SITE:-/tmp/polyprof-gpu-site}"
-#: polyprof's own dependencies (pyproject.toml), as import names
-REQUIRED_MODULES="pluggy anyio attrs structlog numpy orjson"
-#: what --download-wheels fetches (cp312 manylinux, no dependencies: the machine has the rest)
+#: what --download-wheels fetches (cp312 manylinux, no dependencies: the machine has the rest).
+#: Carried in only where the machine lacks them (select_wheels); polyprof's needs are read from
+#: its pyproject files, the HTA check's are HTA_NEEDS.
 DOWNLOAD_SPECS=("structlog>=23.1" "orjson>=3.9" "HolisticTraceAnalysis==0.5.0" "plotly>=5.11" "pydot>=1.3" "pandas>=2,<3")
+#: what the HTA checks of tests/gpu need beside HTA's own dependencies (HTA 0.5 fails with pandas 3)
+HTA_NEEDS="HolisticTraceAnalysis>=0.5 plotly>=5.11 pydot>=1.3 pandas>=2,<3"
 
 download_wheels() {
     mkdir -p "$WHEELS"
@@ -89,33 +93,108 @@ EOF
     done
 }
 
+# Prints the wheels of $WHEELS to install, one path a line, and why each is or is not (stderr):
+# only those whose distribution the machine lacks or has in a version that does not satisfy what
+# polyprof's pyproject files (polyprof, polyprof-cuda) or the HTA check declare.
+select_wheels() {
+    "$PY" - "$ROOT" "$WHEELS" "$HTA_NEEDS" <<'EOF'
+import importlib.metadata as metadata
+import sys
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+root, wheels, hta_needs = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3].split()
+declared: dict[str, list[Requirement]] = {}
+for project in (root / "pyproject.toml", root / "plugins_cuda" / "pyproject.toml"):
+    for text in tomllib.loads(project.read_text())["project"]["dependencies"]:
+        requirement = Requirement(text)
+        declared.setdefault(canonicalize_name(requirement.name), []).append(requirement)
+for text in hta_needs:
+    requirement = Requirement(text)
+    declared.setdefault(canonicalize_name(requirement.name), []).append(requirement)
+
+for wheel in sorted(wheels.glob("*.whl")):
+    name, version, _, _ = parse_wheel_filename(wheel.name)
+    key = canonicalize_name(name)
+    wanted = declared.get(key, [])
+    try:
+        have = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        have = None
+    if key in ("polyprof", "polyprof-cuda"):
+        print(f"skip {wheel.name}: polyprof comes from this checkout", file=sys.stderr)
+    elif have is None:
+        print(f"carry {wheel.name}: the machine has no {name}", file=sys.stderr)
+        print(wheel)
+    elif all(r.specifier.contains(have, prereleases=True) for r in wanted):
+        print(f"skip {wheel.name}: the machine's {name} {have} satisfies what is declared", file=sys.stderr)
+    elif all(r.specifier.contains(version, prereleases=True) for r in wanted):
+        needs = ", ".join(str(r) for r in wanted)
+        print(f"carry {wheel.name}: the machine's {name} {have} does not satisfy {needs}", file=sys.stderr)
+        print(wheel)
+    else:
+        print(f"skip {wheel.name}: neither it nor the machine's {name} {have} satisfies it", file=sys.stderr)
+EOF
+}
+
 install_wheels() {
     section "wheels"
-    if compgen -G "$WHEELS/*.whl" >/dev/null; then
-        rm -rf "$SITE"
-        if "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
-            --target "$SITE" "$WHEELS"/*.whl; then
-            export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-            echo "installed into $SITE (first on PYTHONPATH): $(cd "$WHEELS" && ls ./*.whl | tr '\n' ' ')"
-        else
-            echo "WARNING: installing the wheels of $WHEELS failed"
-        fi
-    else
+    if ! compgen -G "$WHEELS/*.whl" >/dev/null; then
         echo "no wheels in $WHEELS"
+        return 0
+    fi
+    local chosen
+    chosen="$(select_wheels)" || { echo "WARNING: could not choose among the wheels of $WHEELS"; return 0; }
+    if [ -z "$chosen" ]; then
+        echo "nothing to carry in: the machine has every wheel's distribution in a version that satisfies"
+        return 0
+    fi
+    rm -rf "$SITE"
+    # shellcheck disable=SC2086  # one path a line, no spaces in wheel names
+    if "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
+        --target "$SITE" $chosen; then
+        export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+        echo "installed into $SITE (first on PYTHONPATH): $(for w in $chosen; do basename "$w"; done | tr '\n' ' ')"
+    else
+        echo "WARNING: installing the wheels of $WHEELS failed"
     fi
 }
 
 check_modules() {
     section "polyprof's dependencies"
-    local missing=""
-    for mod in $REQUIRED_MODULES pytest; do
-        if "$PY" -c "import $mod" 2>/dev/null; then
-            echo "$mod: $("$PY" -c "import importlib.metadata as m; print(m.version('$mod'))" 2>/dev/null || echo present)"
-        else
-            echo "$mod: MISSING"
-            missing="$missing $mod"
-        fi
-    done
+    # What polyprof and polyprof-cuda declare (their pyproject files), each with the version found.
+    "$PY" - "$ROOT" <<'EOF'
+import importlib.metadata as metadata
+import sys
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+root = Path(sys.argv[1])
+missing = []
+for project in (root / "pyproject.toml", root / "plugins_cuda" / "pyproject.toml"):
+    for text in tomllib.loads(project.read_text())["project"]["dependencies"]:
+        requirement = Requirement(text)
+        if requirement.name == "polyprof":
+            continue
+        try:
+            have = metadata.version(requirement.name)
+        except metadata.PackageNotFoundError:
+            print(f"{requirement.name}: MISSING ({requirement})")
+            missing.append(requirement.name)
+            continue
+        ok = requirement.specifier.contains(have, prereleases=True)
+        print(f"{requirement.name}: {have}" + ("" if ok else f" DOES NOT SATISFY {requirement}"))
+        if not ok:
+            missing.append(requirement.name)
+sys.exit(2 if missing else 0)
+EOF
+    local rc=$?
+    "$PY" -c "import pytest; print('pytest:', pytest.__version__)" 2>/dev/null || { echo "pytest: MISSING"; rc=2; }
     if "$PY" -c "import hta.trace_analysis" 2>/dev/null; then
         echo "hta: $("$PY" -c "import importlib.metadata as m; print(m.version('HolisticTraceAnalysis'))" 2>/dev/null)"
         "$PY" -c "import pandas, sys; sys.exit(int(pandas.__version__.split('.')[0]) >= 3)" \
@@ -123,10 +202,10 @@ check_modules() {
     else
         echo "hta: not importable: the HTA checks will skip (carry HolisticTraceAnalysis, plotly, pydot wheels)"
     fi
-    if [ -n "$missing" ]; then
+    if [ $rc -ne 0 ]; then
         echo
-        echo "MISSING:$missing. Put their wheels (CPython 3.12, manylinux x86-64) in $WHEELS, for example"
-        echo "with 'scripts/gpu_check.sh --download-wheels' on a machine with network, and run again."
+        echo "MISSING or too old: see above. Put their wheels (CPython 3.12, manylinux x86-64) in $WHEELS, for"
+        echo "example with 'scripts/gpu_check.sh --download-wheels' on a machine with network, and run again."
         return 2
     fi
 }

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Quick start, command 2: set up and run the tests, as CI does (.ci/run): the differential subset
-# (pytest -m torch_oracle) on the oldest and newest supported torch, then the whole suite on the
-# pinned torch 2.13.0, then one line in pytest's format over all runs. Arguments go to the
-# whole-suite run. See docs/torch-versions.md.
-#   POLYPROF_TEST_TORCH_VERSIONS  extra versions for the subset (default "2.6.0 2.15.0"; "" skips)
-#   POLYPROF_TEST_CLEAN_VENVS=1   remove their venvs (.venvs/torch-VERSION, ~5 GB each) after their
+# Quick start, command 2: set up and run the tests, as CI does (.ci/run): the portable subset
+# (pytest -m "torch_oracle or plugin_host") on the oldest torch and Python, on the newest torch on
+# the GPU images' Python and pluggy, and on every dependency at its declared floor; then the whole
+# suite on the pinned torch 2.13.0 (Python 3.11); then one line in pytest's format over all runs.
+# Arguments go to the whole-suite run. See docs/torch-versions.md.
+#   POLYPROF_TEST_MATRIX          the subset's runs (default below; "" skips them). A run is
+#                                 VERSION[@PYTHON][,REQUIREMENT...] or floors (scripts/torch_matrix.py).
+#                                 POLYPROF_TEST_TORCH_VERSIONS, its older name, is still read.
+#   POLYPROF_TEST_CLEAN_VENVS=1   remove their venvs (.venvs/NAME, ~5 GB each) after their
 #                                 run; the default where CI is set (a clean clone reuses nothing, and
 #                                 one CI run ran out of disk with two on it). Elsewhere they stay for
 #                                 the next run, which then needs no download, unless the next install
@@ -40,7 +43,12 @@ if ! "$VENV/bin/mypy"; then
 fi
 echo "lint: ruff check and mypy passed in $((SECONDS - lint_started)) s"
 
-EXTRA_VERSIONS="${POLYPROF_TEST_TORCH_VERSIONS-2.6.0 2.15.0}"
+# torch 2.6 on Python 3.10: the oldest of both. torch 2.15 on Python 3.12 with pluggy 1.6.0: the
+# newest torch on what GPU images run (Python 3.12, pluggy 1.6, which once broke every profile).
+# floors: torch 2.13.0 with every dependency at the floor pyproject.toml declares (pluggy 1.5, numpy
+# 1.24, ...). The Pythons come from PATH or pyenv; a missing one is an error that says so.
+DEFAULT_MATRIX="2.6.0@3.10 2.15.0@3.12,pluggy==1.6.0 floors"
+MATRIX="${POLYPROF_TEST_MATRIX-${POLYPROF_TEST_TORCH_VERSIONS-$DEFAULT_MATRIX}}"
 RESULTS="$ROOT/torch-matrix-results/test-sh"
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
@@ -50,12 +58,13 @@ case "${CI:-}" in "" | false | 0) in_ci=0 ;; *) in_ci=1 ;; esac
 started=$SECONDS
 runs=()
 set +e
-if [ -n "$EXTRA_VERSIONS" ]; then
-    # Each is a CUDA build from the package index (3-5 GB, about 3 minutes); it runs on the CPU.
-    # shellcheck disable=SC2086  # one word per version
+if [ -n "$MATRIX" ]; then
+    # Each torch but 2.13.0 is a CUDA build from the package index (3-5 GB, about 3 minutes); it
+    # runs on the CPU. A machine-wide pip cap on torch does not apply to these installs.
+    # shellcheck disable=SC2086  # one word per run
     "$PYTHON" scripts/torch_matrix.py $CLEAN --results "$RESULTS" --timeout 900 --install-timeout 900 \
-        $EXTRA_VERSIONS
-    for version in $EXTRA_VERSIONS; do runs+=("$RESULTS/torch-$version.json"); done
+        $MATRIX
+    for result in "$RESULTS"/*.json; do [ -e "$result" ] && runs+=("$result"); done
     echo
     echo "=== torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'): whole suite ==="
 fi
@@ -64,7 +73,7 @@ main_rc=$?
 # The runs above read torch's result with polyprof's compiled reader where a C++ compiler is present
 # (tests/conftest.py); the differential subset runs once more with the pure-Python reader, the
 # fallback where none is (polyprof.native_reader).
-if [ -n "$EXTRA_VERSIONS" ] && [ $# -eq 0 ]; then
+if [ -n "$MATRIX" ] && [ $# -eq 0 ]; then
     echo
     echo "=== torch 2.13.0: differential subset with the pure-Python reader ==="
     POLYPROF_KINETO_READER=python "$VENV/bin/python" -m pytest -q -p no:cacheprovider -m torch_oracle \

@@ -38,9 +38,30 @@ TORCH_ORACLE_FILES = (
     "test_distributed_ranks.py",
     "test_*version*.py",
 )
-
+#: The plugin host (marker ``plugin_host``): pluggy's hooks called plugin by plugin, guarded
+#: loading, a plugin's faults isolated. Every matrix run takes it with the subset above, so it runs
+#: on each pluggy CI installs (the floors' 1.5, the newest run's 1.6, the whole suite's newest).
+PLUGIN_HOST_FILES = ("test_plugin_calls.py", "test_registry.py", "test_plugin_faults.py")
+#: The optional dependencies' tests (marker ``optional_extras``), paths from the repository root:
+#: pyarrow, duckdb and ray (the many-rank report), and the GPU plugin distributions' own tests
+#: (nvidia-ml-py among their needs). The floors run installs all of these at their floors.
+OPTIONAL_EXTRAS_PATHS = (
+    "tests/test_columnar.py",
+    "tests/test_rank_report.py",
+    "tests/test_merge.py",
+    "tests/test_rank_ray.py",
+    "plugins_cuda/tests/test_*.py",
+    "plugins_xpu/tests/test_*.py",
+)
+#: Every subset by marker, as patterns of paths from the repository root.
+SUBSETS = {
+    "torch_oracle": tuple(f"tests/{name}" for name in TORCH_ORACLE_FILES),
+    "plugin_host": tuple(f"tests/{name}" for name in PLUGIN_HOST_FILES),
+    "optional_extras": OPTIONAL_EXTRAS_PATHS,
+}
 
 TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
 
 # Which reader of torch's raw result the tests decode with (polyprof.native_reader): the compiled
 # one where a C++ compiler is present (built once per torch, into the repository's .cache), the
@@ -56,36 +77,69 @@ def _in_torch_oracle(name: str) -> bool:
     return any(fnmatch.fnmatch(name, pattern) for pattern in TORCH_ORACLE_FILES)
 
 
+def _relative(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def subsets_of(path: Path) -> list[str]:
+    """The subsets (markers) a test file belongs to."""
+    relative = _relative(path)
+    return [
+        marker for marker, patterns in SUBSETS.items() if any(fnmatch.fnmatch(relative, p) for p in patterns)
+    ]
+
+
+def selected_subsets(markexpr: str) -> set[str] | None:
+    """The subsets ``-m`` names when it is only subsets joined by ``or`` ("torch_oracle or plugin_host")."""
+    words = markexpr.split()
+    if not words or len(words) % 2 == 0 or any(w != "or" for w in words[1::2]):
+        return None
+    named = set(words[0::2])
+    return named if named <= SUBSETS.keys() else None
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """With exactly ``-m torch_oracle``, import nothing outside the subset.
+    """With ``-m`` naming only subsets, import nothing outside them.
 
     The other torch versions' venvs have neither polyprof-cuda nor polyprof-xpu, whose test
-    folders fail to import without them; the subset lives in tests/ itself.
+    folders fail to import without them, nor HTA or ittapi.
     """
-    if config.getoption("markexpr", "") != "torch_oracle":
+    chosen = selected_subsets(config.getoption("markexpr", ""))
+    if chosen is None:
         return None
+    patterns = [p for marker in chosen for p in SUBSETS[marker]]
+    relative = _relative(collection_path)
     if collection_path.is_dir():
-        return True if collection_path.resolve() != TESTS_DIR else None
-    if collection_path.suffix == ".py" and not _in_torch_oracle(collection_path.name):
+        # a folder stays when some pattern's folder is it or lies inside it
+        inside = any(p.rsplit("/", 1)[0] == relative or p.startswith(relative + "/") for p in patterns)
+        return None if inside or relative == "." else True
+    if collection_path.suffix == ".py" and not any(fnmatch.fnmatch(relative, p) for p in patterns):
         return True
     return None
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The fast subset (``-m "not slow"``) tries fewer hypothesis examples (tests/hypothesis_budget.py).
+    """Note the subsets ``-m`` selects, for the plugin folders' conftests; a fast run's hypothesis budget.
+
+    The fast subset (``-m "not slow"``) tries fewer hypothesis examples (tests/hypothesis_budget.py).
 
     A profile chosen with ``--hypothesis-profile`` wins; every run without "not slow" in its marker
     expression (CI's whole suite, the torch matrix) keeps every example.
     """
+    # None: -m selects more than whole subsets (or nothing), so every folder is collected.
+    config.polyprof_selected_subsets = selected_subsets(config.getoption("markexpr", ""))  # type: ignore[attr-defined]
     if "not slow" in config.getoption("markexpr", "") and not config.getoption("--hypothesis-profile", None):
         settings.load_profile(FAST_PROFILE)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the differential subset, so that ``pytest -m torch_oracle`` selects it."""
+    """Mark the subsets, so that ``pytest -m torch_oracle`` (or another) selects them."""
     for item in items:
-        if _in_torch_oracle(item.path.name):
-            item.add_marker(pytest.mark.torch_oracle)
+        for marker in subsets_of(item.path):
+            item.add_marker(getattr(pytest.mark, marker))
 
 
 def _run_unprivileged(fn: Callable[[], str]) -> str:

@@ -116,7 +116,13 @@ for text in hta_needs:
     requirement = Requirement(text)
     declared.setdefault(canonicalize_name(requirement.name), []).append(requirement)
 
-for wheel in sorted(wheels.glob("*.whl")):
+newest = {}  # one wheel per distribution: two of one would make pip refuse the install
+for wheel in wheels.glob("*.whl"):
+    name, version, _, _ = parse_wheel_filename(wheel.name)
+    key = canonicalize_name(name)
+    if key not in newest or version > newest[key][1]:
+        newest[key] = (wheel, version)
+for wheel, _ in sorted(newest.values()):
     name, version, _, _ = parse_wheel_filename(wheel.name)
     key = canonicalize_name(name)
     wanted = declared.get(key, [])
@@ -146,18 +152,19 @@ install_wheels() {
         echo "no wheels in $WHEELS"
         return 0
     fi
-    local chosen
-    chosen="$(select_wheels)" || { echo "WARNING: could not choose among the wheels of $WHEELS"; return 0; }
-    if [ -z "$chosen" ]; then
+    local listed
+    listed="$(select_wheels)" || { echo "WARNING: could not choose among the wheels of $WHEELS"; return 0; }
+    local chosen=()
+    [ -n "$listed" ] && mapfile -t chosen <<<"$listed"
+    if [ ${#chosen[@]} -eq 0 ]; then
         echo "nothing to carry in: the machine has every wheel's distribution in a version that satisfies"
         return 0
     fi
     rm -rf "$SITE"
-    # shellcheck disable=SC2086  # one path a line, no spaces in wheel names
     if "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
-        --target "$SITE" $chosen; then
+        --target "$SITE" "${chosen[@]}"; then
         export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-        echo "installed into $SITE (first on PYTHONPATH): $(for w in $chosen; do basename "$w"; done | tr '\n' ' ')"
+        echo "installed into $SITE (first on PYTHONPATH): $(for w in "${chosen[@]}"; do basename "$w"; done | tr '\n' ' ')"
     else
         echo "WARNING: installing the wheels of $WHEELS failed"
     fi

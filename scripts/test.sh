@@ -45,9 +45,10 @@ echo "lint: ruff check and mypy passed in $((SECONDS - lint_started)) s"
 
 # torch 2.6 on Python 3.10: the oldest of both. torch 2.15 on Python 3.12 with pluggy 1.6.0: the
 # newest torch on what GPU images run (Python 3.12, pluggy 1.6, which once broke every profile).
-# floors: torch 2.13.0 with every dependency at the floor pyproject.toml declares (pluggy 1.5, numpy
-# 1.24, ...). The Pythons come from PATH or pyenv; a missing one is an error that says so.
-DEFAULT_MATRIX="2.6.0@3.10 2.15.0@3.12,pluggy==1.6.0 floors"
+# floors@3.11: torch 2.13.0 with every dependency at the floor pyproject.toml declares (pluggy 1.5,
+# numpy 1.24, ...), on Python 3.11, which every floor has wheels for (numpy 1.24 has none for 3.12).
+# The Pythons come from PATH or pyenv; a missing one is an error that says so.
+DEFAULT_MATRIX="2.6.0@3.10 2.15.0@3.12,pluggy==1.6.0 floors@3.11"
 MATRIX="${POLYPROF_TEST_MATRIX-${POLYPROF_TEST_TORCH_VERSIONS-$DEFAULT_MATRIX}}"
 RESULTS="$ROOT/torch-matrix-results/test-sh"
 rm -rf "$RESULTS"
@@ -57,6 +58,7 @@ case "${CI:-}" in "" | false | 0) in_ci=0 ;; *) in_ci=1 ;; esac
 [ "${POLYPROF_TEST_CLEAN_VENVS:-$in_ci}" = 1 ] && CLEAN=--clean
 started=$SECONDS
 runs=()
+matrix_rc=0
 set +e
 if [ -n "$MATRIX" ]; then
     # Each torch but 2.13.0 is a CUDA build from the package index (3-5 GB, about 3 minutes); it
@@ -64,6 +66,7 @@ if [ -n "$MATRIX" ]; then
     # shellcheck disable=SC2086  # one word per run
     "$PYTHON" scripts/torch_matrix.py $CLEAN --results "$RESULTS" --timeout 900 --install-timeout 900 \
         $MATRIX
+    matrix_rc=$?  # 2: a malformed run, which wrote no result; 1: a run that did not pass
     for result in "$RESULTS"/*.json; do [ -e "$result" ] && runs+=("$result"); done
     echo
     echo "=== torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'): whole suite ==="
@@ -91,4 +94,5 @@ echo "=== all runs ==="
     --summary "${runs[@]}" "$RESULTS/torch-2.13.0-whole-suite.junit.xml"
 summary_rc=$?
 [ $main_rc -ne 0 ] && exit $main_rc
+[ $matrix_rc -ne 0 ] && exit $matrix_rc
 exit $summary_rc

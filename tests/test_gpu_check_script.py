@@ -50,13 +50,23 @@ def test_a_machine_copy_that_does_not_satisfy_is_replaced_by_one_that_does(tmp_p
     have = importlib.metadata.version("pytest")
     major = int(have.split(".")[0])
     carried, why = select(
-        [f"pytest-{major + 1}.0.0-py3-none-any.whl", "pytest-1.0.0-py3-none-any.whl"],
-        tmp_path,
-        hta_needs=f"pytest>={major + 1}",
+        [f"pytest-{major + 1}.0.0-py3-none-any.whl"], tmp_path, hta_needs=f"pytest>={major + 1}"
     )
     assert carried == [f"pytest-{major + 1}.0.0-py3-none-any.whl"]
     assert f"the machine's pytest {have} does not satisfy pytest>={major + 1}" in why
-    assert "skip pytest-1.0.0-py3-none-any.whl: neither it nor" in why
+
+
+def test_a_wheel_that_satisfies_nothing_is_not_carried(tmp_path: Path) -> None:
+    major = int(importlib.metadata.version("pytest").split(".")[0])
+    carried, why = select(["pytest-1.0.0-py3-none-any.whl"], tmp_path, hta_needs=f"pytest>={major + 1}")
+    assert carried == [] and "skip pytest-1.0.0-py3-none-any.whl: neither it nor" in why
+
+
+def test_of_two_wheels_of_one_distribution_the_newest_is_weighed(tmp_path: Path) -> None:
+    """pip refuses two wheels of one distribution in one install."""
+    names = ["polyprof_never_installed-1.0-py3-none-any.whl", "polyprof_never_installed-1.2-py3-none-any.whl"]
+    carried, _ = select(names, tmp_path)
+    assert carried == ["polyprof_never_installed-1.2-py3-none-any.whl"]
 
 
 @pytest.mark.parametrize("name", ["polyprof-0.2.0-py3-none-any.whl", "polyprof_cuda-0.2.0-py3-none-any.whl"])

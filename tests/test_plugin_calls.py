@@ -20,8 +20,10 @@ import pytest
 import polyprof
 from polyprof import hookspecs
 from polyprof.activity import ProfilerActivity
+from polyprof.components import Capabilities
 from polyprof.config import ProfileConfig
 from polyprof.plugin_calls import HookCalls
+from polyprof.testing import make_plugin_manager_for_tests
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = (
@@ -155,6 +157,56 @@ def test_a_firstresult_hook_stops_at_the_first_answer_and_skips_none() -> None:
     assert (last.asked, silent.asked, first.asked) == (2, 1, 1)
 
 
+class _SpecnamePlugin:
+    """An implementation under another name (pluggy's ``specname``): before pluggy 1.7,
+    ``subset_hook_caller`` kept such a plugin when asked to leave it out."""
+
+    @polyprof.hookimpl(specname=HOOK)
+    def collector_activities(self, config: ProfileConfig) -> list[str]:
+        return ["SPEC"]
+
+
+def test_a_plugin_implementing_through_specname_is_called_once() -> None:
+    pm = _manager(("plain", _Answers(["CUDA"])), ("spec", _SpecnamePlugin()), ("last", _Answers(["XPU"])))
+    calls = HookCalls(pm, _Directory())
+    assert list(calls.each(HOOK, {"config": CONFIG})) == [
+        ("last", ["XPU"]),
+        ("spec", ["SPEC"]),
+        ("plain", ["CUDA"]),
+    ]
+
+
+def test_unhashable_plugin_objects_are_called_one_at_a_time() -> None:
+    """pluggy keeps the plugins to leave out in a set; an attrs class without a hash cannot go in."""
+
+    class Unhashable(_Answers):
+        __hash__ = None  # type: ignore[assignment]
+
+    pm = _manager(("first", Unhashable(["CUDA"])), ("second", Unhashable(["XPU"])))
+    calls = HookCalls(pm, _Directory())
+    assert list(calls.each(HOOK, {"config": CONFIG})) == [("second", ["XPU"]), ("first", ["CUDA"])]
+
+
+def test_a_historic_hook_is_refused_naming_the_way() -> None:
+    calls = HookCalls(_manager(), _Directory())
+    with pytest.raises(ValueError, match="polyprof_addhooks is a historic hook: call it with call_historic"):
+        list(calls.each("polyprof_addhooks", {"pluginmanager": None}))
+
+
+def test_a_plugins_error_is_noted_with_its_name_on_every_python() -> None:
+    """Python 3.10 has no ``add_note``: the note goes in PEP 678's ``__notes__`` all the same."""
+
+    class Raises:
+        @polyprof.hookimpl
+        def polyprof_torch_collector_activities(self, config: ProfileConfig) -> list[str]:
+            raise RuntimeError("plugin bug")
+
+    calls = HookCalls(_manager(("raises", Raises())), _Directory())
+    with pytest.raises(RuntimeError, match="plugin bug") as err:
+        list(calls.each(HOOK, {"config": CONFIG}))
+    assert err.value.__notes__ == [f"raised by polyprof plugin 'raises' in {HOOK}"]
+
+
 def test_a_profile_works_on_the_installed_pluggy() -> None:
     """The failure GPU images met (pluggy 1.6): every profile failed at start."""
     torch = pytest.importorskip("torch")
@@ -164,23 +216,40 @@ def test_a_profile_works_on_the_installed_pluggy() -> None:
     print(f"pluggy {importlib.metadata.version('pluggy')}")
 
 
-def _private_pluggy_names() -> set[str]:
-    """Private attributes of pluggy's public classes, as the installed pluggy has them."""
-    names: set[str] = set()
-    for cls in (pluggy.PluginManager, pluggy.HookCaller, pluggy.HookImpl, pluggy.HookRelay, pluggy.Result):
-        names |= {n for n in dir(cls) if n.startswith("_") and not n.endswith("__")}
-    names |= {n for n in vars(pluggy.PluginManager("probe")) if n.startswith("_")}
-    # typing's Protocol machinery, not pluggy's
-    return names - {"_is_protocol", "_is_runtime_protocol"}
+#: The private attributes of pluggy's PluginManager, HookCaller, HookImpl, HookRelay and Result in
+#: pluggy 1.5 to 1.7 (read off each), and HookSpec.kwargdefaults (a public name of a class pluggy
+#: does not export, added in 1.7). A fixed list: read off the installed pluggy, a private name a
+#: later pluggy adds could match one of polyprof's own (``self._lock``).
+PLUGGY_PRIVATE = frozenset(
+    {
+        "_add_hookimpl",
+        "_apply_defaults",
+        "_call_history",
+        "_exception",
+        "_hookexec",
+        "_hookimpls",
+        "_inner_hookexec",
+        "_maybe_apply_history",
+        "_name2plugin",
+        "_orig",
+        "_plugin_distinfo",
+        "_remove_plugin",
+        "_remove_plugins",
+        "_result",
+        "_traceback",
+        "_verify_all_args_are_provided",
+        "_verify_hook",
+        "kwargdefaults",
+    }
+)
 
 
 def test_polyprof_uses_only_pluggys_public_api() -> None:
     """No private attribute of pluggy's classes, and from ``pluggy.`` only the names it exports.
 
     A pluggy release may change anything private (1.7 added ``HookSpec.kwargdefaults``, which 1.6
-    lacks). Pinned names, so that a newer pluggy's new private names cannot make this pass vacuously.
+    lacks).
     """
-    private = _private_pluggy_names() | {"_hookexec", "_inner_hookexec", "_name2plugin", "_hookimpls"}
     exported = set(pluggy.__all__)
     found = []
     for folder in SOURCES:
@@ -190,7 +259,7 @@ def test_polyprof_uses_only_pluggys_public_api() -> None:
                 if not isinstance(node, ast.Attribute):
                     continue
                 where = f"{path.relative_to(ROOT)}:{node.lineno}"
-                if node.attr in private or node.attr in {"kwargdefaults", "argnames", "kwargnames"}:
+                if node.attr in PLUGGY_PRIVATE:
                     found.append(f"{where}: .{node.attr}")
                 if (
                     isinstance(node.value, ast.Name)
@@ -199,3 +268,41 @@ def test_polyprof_uses_only_pluggys_public_api() -> None:
                 ):
                     found.append(f"{where}: pluggy.{node.attr} is not in pluggy.__all__")
     assert not found, "pluggy used outside its public API:\n" + "\n".join(found)
+
+
+class _AsksTorch:
+    """Answers like the GPU plugins: provisionally until "torch" is loaded, then torch's answer."""
+
+    def __init__(self, torch_loaded: list[bool], sees_device: bool) -> None:
+        self.torch_loaded = torch_loaded
+        self.sees_device = sees_device
+
+    @polyprof.hookimpl
+    def polyprof_capabilities(self) -> Capabilities:
+        if not self.torch_loaded[0]:
+            return Capabilities(
+                activities={ProfilerActivity.CUDA},
+                unavailable_reason=None if self.sees_device else "no driver files",
+                provisional="whether torch sees a GPU",
+            )
+        reason = None if self.sees_device else "torch sees no CUDA device"
+        return Capabilities(activities={ProfilerActivity.CUDA}, unavailable_reason=reason)
+
+
+@pytest.mark.parametrize("sees_device", [True, False])
+def test_a_provisional_answer_is_asked_again_once_torch_is_loaded(sees_device: bool) -> None:
+    """polyprof run makes its manager before torch is imported; the profile asks again."""
+    torch_loaded = [False]
+    plugin = _AsksTorch(torch_loaded, sees_device=not sees_device)  # the provisional answer is wrong
+    pm = make_plugin_manager_for_tests(("gpu", plugin))
+    first = pm.plugin_info("gpu")
+    assert first.provisional == "whether torch sees a GPU"
+    assert first.status == ("unavailable" if sees_device else "loaded")
+    plugin.sees_device = sees_device
+    torch_loaded[0] = True
+    pm.confirm_provisional()
+    confirmed = pm.plugin_info("gpu")
+    assert confirmed.provisional is None
+    assert confirmed.status == ("loaded" if sees_device else "unavailable")
+    assert (ProfilerActivity.CUDA in pm.supported_activities()) is sees_device
+    assert (pm.get_plugin("gpu") is plugin) is sees_device

@@ -379,7 +379,10 @@ def test_a_blank_allow_list_loads_no_third_party_plugin(installed, monkeypatch, 
     infos = {info.name: info for info in make_plugin_manager().plugin_infos()}
     assert infos["cuda"].status == "blocked"
     assert infos["cuda"].reason == "POLYPROF_PLUGINS is empty"
-    assert all(infos[name].status == "loaded" for name in BUILTIN_PLUGINS), "built-ins always load"
+    # never blocked: each loads, or says it cannot run here (itt without ittapi, parquet without pyarrow)
+    assert all(infos[name].status in ("loaded", "unavailable") for name in BUILTIN_PLUGINS), (
+        "built-ins always load"
+    )
 
 
 def test_a_third_party_cannot_take_a_builtin_name(installed, monkeypatch):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +35,14 @@ def with_rank(doc: dict[str, Any], rank: int, world_size: int, backend: str = "g
     return {"distributedInfo": {"backend": backend, "rank": rank, "world_size": world_size}, **doc}
 
 
-@pytest.fixture(scope="module")
-def real_traces(tmp_path_factory) -> list[dict[str, Any]]:
-    """Four real traces of a training step with a schedule: torch's (with Python frames, with memory)
-    and polyprof's (with shapes, plain)."""
-    torch = pytest.importorskip("torch")
+def record_real_traces(folder: Path) -> None:
+    """Write t0.json to t3.json: a training step with a schedule, recorded by torch (with Python
+    frames, with memory) and by polyprof (with shapes, plain)."""
+    import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     import polyprof
 
-    folder = tmp_path_factory.mktemp("real")
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(8, 16)
@@ -55,7 +55,6 @@ def real_traces(tmp_path_factory) -> list[dict[str, Any]]:
         opt.step()
         opt.zero_grad()
 
-    docs = []
     makers = [
         (profile, {"with_stack": True}),
         (polyprof.profile, {"record_shapes": True}),
@@ -73,8 +72,31 @@ def real_traces(tmp_path_factory) -> list[dict[str, Any]]:
             for _ in range(4):
                 step()
                 prof.step()
-        docs.append(json.loads(path.read_text()))
-    return docs
+
+
+@pytest.fixture(scope="module")
+def real_traces(tmp_path_factory) -> list[dict[str, Any]]:
+    """The four traces of ``record_real_traces``, recorded in a fresh process.
+
+    ``with_stack=True`` records every thread's Python frames, and the threads earlier tests left
+    blocked (which differ with the run's order and dependency versions) reach the trace from their
+    untracked-thread lane, where the two readers compared here nest differently (docs/cli.md).
+    """
+    pytest.importorskip("torch")
+    folder = tmp_path_factory.mktemp("real")
+    script = (
+        "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+        "from test_rank_report import record_real_traces; record_real_traces(Path(sys.argv[2]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(Path(__file__).parent), str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads((folder / f"t{i}.json").read_text()) for i in range(4)]
 
 
 def write_ranks(folder: Path, docs: list[dict[str, Any]], *, as_parquet: tuple[int, ...] = ()) -> list[Path]:

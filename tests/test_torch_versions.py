@@ -400,7 +400,9 @@ def test_frames_of_a_thread_torch_never_saw_run_are_placed_as_torchs(tmp_path: P
 
     theirs = unseen_thread_frames(docs["torch"])
     # the lane: pid 0 on torch 2.6 and 2.7, the process from 2.8 on
-    assert {pid for name, pid, _ in theirs if name == "threading.py(327): wait"} in ({0}, {os.getpid()})
+    # the blocked thread's frame: its line in threading.py differs between Pythons
+    waits = {pid for name, pid, _ in theirs if re.fullmatch(r"threading\.py\(\d+\): wait", name)}
+    assert waits in ({0}, {os.getpid()})
     assert unseen_thread_frames(docs["ours"]) == theirs
     assert unseen_lane_metadata(docs["ours"]) == unseen_lane_metadata(docs["torch"])
     assert attrs["ours"] == attrs["torch"]

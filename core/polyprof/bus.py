@@ -586,6 +586,8 @@ class _BusEngine:
         self._shut_down()
 
     def _shut_down(self) -> None:
+        # Bounded by stop_timeout_s: a loop thread still winding down past it is left to finish
+        # on its own (a daemon thread), as is one blocked in a decode.
         deadline = time.monotonic() + self.stop_timeout_s
         portal, thread, supervisor = self._portal, self.loop_thread, self._supervisor
         try:

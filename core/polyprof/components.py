@@ -61,8 +61,8 @@ class Capabilities:
     mode: str | None = None
     #: Set when the answer was given without asking torch, which is not imported (listing plugins
     #: never imports it: that takes seconds): what a profile asks when it starts, which confirms or
-    #: overturns it, e.g. "whether torch sees a GPU". A profile imports torch before reading
-    #: capabilities, so its answers are never provisional.
+    #: overturns it, e.g. "whether torch sees a GPU". A profile imports torch and asks such plugins
+    #: again (``PolyprofPluginManager.confirm_provisional``), so it goes by torch's answers.
     provisional: str | None = None
 
 

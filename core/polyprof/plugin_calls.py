@@ -73,9 +73,13 @@ def format_traceback(exc: BaseException) -> str:
 
 
 def add_note(exc: BaseException, text: str) -> None:
-    """``exc.add_note(text)`` where Python has it (3.11+)."""
+    """``exc.add_note(text)``; on Python 3.10, PEP 678's ``__notes__`` list, which the exceptiongroup
+    backport that anyio brings there prints with the traceback."""
     if hasattr(exc, "add_note"):
         exc.add_note(text)
+        return
+    notes = getattr(exc, "__notes__", None)
+    exc.__notes__ = [*(notes if isinstance(notes, list) else []), text]  # type: ignore[attr-defined]
 
 
 def short_repr(value: Any, limit: int = 200) -> str:
@@ -149,17 +153,24 @@ class HookCalls:
 
         Each plugin is called through pluggy's public ``subset_hook_caller``,
         with every other plugin that implements the hook left out, so hook
-        wrappers and hook-call monitoring apply as in a normal call. (A plugin
-        that both wraps and implements the same hook, which only ``specname``
-        allows, wraps its own call only.)
+        wrappers and hook-call monitoring apply as in a normal call. Where
+        pluggy cannot leave the others out (before 1.7 it keeps a plugin whose
+        implementation has another name, through ``specname``; it cannot
+        hold an unhashable plugin object in its set), the plugin's
+        implementations are called directly, without wrappers.
 
-        :raises ValueError: no hook specification is named ``hook_name``.
+        :raises ValueError: no hook specification is named ``hook_name``, or
+            the hook is historic (pluggy replays those itself).
         """
         hook = self._manager.hook
         caller = getattr(hook, hook_name, None)
         if caller is None or not caller.has_spec():
             known = sorted(n for n, c in vars(hook).items() if not n.startswith("_") and c.has_spec())
             raise ValueError(f"no hook named {hook_name!r}; known hooks: {', '.join(known)}")
+        if caller.is_historic():
+            raise ValueError(
+                f"{hook_name} is a historic hook: call it with call_historic, not plugin by plugin"
+            )
         spec = caller.spec
         firstresult = bool(spec.opts.get("firstresult")) if spec is not None else False
         plain = [i for i in caller.get_hookimpls() if not (i.wrapper or i.hookwrapper)]
@@ -171,10 +182,8 @@ class HookCalls:
         if only is not None:
             plugins = [(name, plugin) for name, plugin in plugins if plugin is only.plugin]
         for name, plugin in plugins:
-            others = [i.plugin for i in plain if i.plugin is not plugin]
-            one_plugin = self._manager.subset_hook_caller(hook_name, remove_plugins=others)
             try:
-                outcome = one_plugin(**kwargs)
+                outcome = self._call_one(hook_name, plugin, plain, kwargs, firstresult)
             except PluginUnavailable as exc:
                 reason = str(exc) or "unavailable"
                 log.info("plugin_unavailable", plugin=name, hook=hook_name, reason=reason)
@@ -192,3 +201,36 @@ class HookCalls:
                     yield name, result
                     if firstresult:
                         return
+
+    def _call_one(
+        self,
+        hook_name: str,
+        plugin: object,
+        plain: list[pluggy.HookImpl],
+        kwargs: Mapping[str, Any],
+        firstresult: bool,
+    ) -> Any:
+        """What pluggy's call of ``hook_name`` returns with ``plugin``'s implementations alone."""
+        others = [i.plugin for i in plain if i.plugin is not plugin]
+        own = [i for i in plain if i.plugin is plugin]
+        try:
+            subset = self._manager.subset_hook_caller(hook_name, remove_plugins=others)
+        except TypeError:  # an unhashable plugin object among the others (an attrs class, say)
+            subset = None
+        if subset is not None:
+            kept = [i for i in subset.get_hookimpls() if not (i.wrapper or i.hookwrapper)]
+            if len(kept) == len(own) and all(i.plugin is plugin for i in kept):
+                return subset(**kwargs)
+        # pluggy cannot call this plugin alone: call its implementations as pluggy would, in its
+        # order (the last registered first), without the hook's wrappers.
+        results = []
+        for impl in reversed(own):
+            missing = [arg for arg in impl.argnames if arg not in kwargs]
+            if missing:
+                raise pluggy.HookCallError(f"hook call must provide argument {missing[0]!r}")
+            result = impl.function(*(kwargs[arg] for arg in impl.argnames))
+            if result is not None:
+                if firstresult:
+                    return result
+                results.append(result)
+        return None if firstresult else results

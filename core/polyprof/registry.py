@@ -133,6 +133,9 @@ class PolyprofPluginManager(pluggy.PluginManager):
         self._calls = HookCalls(self, self)
         # Which plugin made each component (held, so an id is never reused while recorded).
         self._component_plugins: dict[int, tuple[object, str]] = {}
+        # Plugins that said, provisionally, that they cannot run here: kept to be asked again once
+        # torch is imported (confirm_provisional).
+        self._set_aside: dict[str, object] = {}
 
     # ------------------------------------------------------------ plugin records
 
@@ -384,11 +387,30 @@ class PolyprofPluginManager(pluggy.PluginManager):
             break
         if capabilities.unavailable_reason:
             log.info("plugin_unavailable", plugin=name, reason=capabilities.unavailable_reason)
+            if capabilities.provisional:
+                with self._lock:
+                    self._set_aside[name] = plugin
             # An unavailable plugin takes no part in sessions; its record still says what it would provide.
             self._forget(name)
             self._set_status(name, "unavailable", capabilities.unavailable_reason, capabilities=capabilities)
             return
         self._set_status(name, "loaded", None, capabilities=capabilities)
+
+    def confirm_provisional(self) -> None:
+        """Ask again every plugin whose capabilities were provisional (given while torch was not
+        imported), so that a profile goes by torch's own answers; call it once torch is imported."""
+        for info in self.plugin_infos():
+            if info.provisional is None:
+                continue
+            if self.get_plugin(info.name) is None:
+                with self._lock:
+                    plugin = self._set_aside.pop(info.name, None)
+                if plugin is None:
+                    continue
+                registered = self._register_guarded(plugin, attrs.evolve(info, status="loaded", reason=None))
+                if not registered.loaded:
+                    continue
+            self._read_capabilities(info.name)
 
     # --------------------------------------------------------------- debugging
 
@@ -614,8 +636,12 @@ class PolyprofPluginManager(pluggy.PluginManager):
         hook = "polyprof_make_exporter"
         caller = self.hook.polyprof_make_exporter
         impls = [i for i in caller.get_hookimpls() if not (i.wrapper or i.hookwrapper)]
-        # One plugin at a time, so that a plugin skipped for a bad answer hands over to the next.
-        for impl in reversed(impls):
+        # One plugin at a time (each once), so that a plugin skipped for a bad answer hands over
+        # to the next.
+        firsts = [
+            impl for at, impl in enumerate(impls) if all(i.plugin is not impl.plugin for i in impls[at + 1 :])
+        ]
+        for impl in reversed(firsts):
             answers = self._iter_each(
                 hook, {"config": config, "name": name}, isolate_errors=isolate_errors, only=impl
             )

@@ -118,9 +118,13 @@ class Session:
         from polyprof.registry import make_plugin_manager
 
         owns_pm = plugin_manager is None
-        # Plugins answer from torch itself once it is imported, never provisionally (Capabilities).
+        # Plugins answer from torch itself once it is imported, never provisionally (Capabilities);
+        # a manager made before (polyprof run's) asks its provisional ones again.
         torch_support.import_installed()
         pm = plugin_manager if plugin_manager is not None else make_plugin_manager()
+        confirm = getattr(pm, "confirm_provisional", None)
+        if confirm is not None:
+            confirm()
         requested = None if activities is None else frozenset(coerce_activity(a) for a in activities)
         chosen = activity_resolution.resolve_activities(pm, requested)
         config = ProfileConfig(activities=chosen, trace_id=trace_id, **flags)

@@ -96,8 +96,11 @@ def driver_reason(
     loads the driver, so "None" is provisional until torch says whether it sees a GPU.
     """
     visible = environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and (not visible.strip() or visible.strip().startswith("-1")):
-        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
+    if visible is not None:
+        # CUDA reads the list up to its first entry that is not a device index or UUID
+        first = visible.split(",", 1)[0].strip()
+        if not (first.isdigit() or first.startswith(("GPU-", "MIG-"))):
+            return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
     if any(exists(path) for path in DRIVER_FILES) or find_library("cuda"):
         return None
     return f"no NVIDIA driver found (neither {' nor '.join(DRIVER_FILES)} exists, and no libcuda)"

@@ -109,3 +109,61 @@ def test_deciding_imports_neither_torch_nor_cupti() -> None:
     detail, imported = json.loads(out.stdout.strip().splitlines()[-1])
     assert imported == []
     assert detail == mode.choose_mode(torch_support.installed_build(), mode.installed_cupti_version).detail
+
+
+# ------------------------------------------------------- without torch: provisional
+
+
+@pytest.mark.parametrize(
+    ("environ", "files", "libcuda", "reason"),
+    [
+        ({}, {"/proc/driver/nvidia/version"}, None, None),
+        ({}, {"/dev/nvidiactl"}, None, None),
+        ({}, set(), "libcuda.so.1", None),
+        ({"CUDA_VISIBLE_DEVICES": "0,1"}, {"/dev/nvidiactl"}, None, None),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-8e6d"}, {"/dev/nvidiactl"}, None, None),
+        ({"CUDA_VISIBLE_DEVICES": ""}, {"/dev/nvidiactl"}, None, "CUDA_VISIBLE_DEVICES='' hides every GPU"),
+        (
+            {"CUDA_VISIBLE_DEVICES": "-1"},
+            {"/dev/nvidiactl"},
+            None,
+            "CUDA_VISIBLE_DEVICES='-1' hides every GPU",
+        ),
+        (
+            {"CUDA_VISIBLE_DEVICES": "NoDevFiles"},
+            {"/dev/nvidiactl"},
+            None,
+            "CUDA_VISIBLE_DEVICES='NoDevFiles' hides every GPU",
+        ),
+        (
+            {},
+            set(),
+            None,
+            (
+                "no NVIDIA driver found (neither /proc/driver/nvidia/version nor /dev/nvidiactl exists, "
+                "and no libcuda)"
+            ),
+        ),
+    ],
+)
+def test_the_driver_and_the_visible_devices_answer_without_torch(environ, files, libcuda, reason) -> None:
+    assert mode.driver_reason(environ, files.__contains__, lambda name: libcuda) == reason
+
+
+def test_without_torch_loaded_the_answer_is_provisional(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from polyprof_cuda import plugin
+
+    monkeypatch.setattr(mode, "current_mode", lambda: mode.CudaMode(mode.KINETO, "via torch's Kineto (test)"))
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setattr(mode, "driver_reason", lambda: None)
+    caps = plugin.polyprof_capabilities()
+    assert (caps.unavailable_reason, caps.mode) == (None, "via torch's Kineto (test)")
+    assert caps.provisional == "whether torch sees a GPU (torch.cuda.is_available())"
+    monkeypatch.setattr(mode, "driver_reason", lambda: "no NVIDIA driver found")
+    caps = plugin.polyprof_capabilities()
+    assert (caps.unavailable_reason, caps.provisional) == (
+        "no NVIDIA driver found",
+        "whether torch sees a GPU (torch.cuda.is_available())",
+    )

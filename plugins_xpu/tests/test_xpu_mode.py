@@ -101,3 +101,19 @@ def test_listing_plugins_never_imports_torch(run_python) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "True"]
+
+
+def test_an_xpu_build_without_torch_loaded_is_a_provisional_answer(
+    torch_never_asked: None, xpu_env: pytest.MonkeyPatch
+) -> None:
+    """``polyprof plugins`` never imports torch: whether it sees an XPU waits for a profile."""
+    import sys
+
+    xpu_env.setattr(torch_support, "installed_build", lambda: XPU_BUILD)
+    xpu_env.delitem(sys.modules, "torch", raising=False)
+    caps = xpu_plugin.polyprof_capabilities()
+    assert caps.unavailable_reason is None and caps.mode is not None
+    assert caps.provisional == "whether torch sees an XPU (torch.xpu.is_available())"
+    xpu_env.setattr(torch_support, "installed_build", lambda: CPU_BUILD)
+    caps = xpu_plugin.polyprof_capabilities()
+    assert (caps.unavailable_reason, caps.provisional) == (CPU_REASON, None)  # the build decides: final

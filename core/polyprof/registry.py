@@ -638,10 +638,11 @@ class PolyprofPluginManager(pluggy.PluginManager):
         impls = [i for i in caller.get_hookimpls() if not (i.wrapper or i.hookwrapper)]
         # One plugin at a time (each once), so that a plugin skipped for a bad answer hands over
         # to the next.
-        firsts = [
-            impl for at, impl in enumerate(impls) if all(i.plugin is not impl.plugin for i in impls[at + 1 :])
-        ]
-        for impl in reversed(firsts):
+        asked: list[object] = []
+        for impl in reversed(impls):
+            if any(impl.plugin is plugin for plugin in asked):
+                continue
+            asked.append(impl.plugin)
             answers = self._iter_each(
                 hook, {"config": config, "name": name}, isolate_errors=isolate_errors, only=impl
             )

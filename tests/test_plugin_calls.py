@@ -24,14 +24,9 @@ from polyprof.components import Capabilities
 from polyprof.config import ProfileConfig
 from polyprof.plugin_calls import HookCalls
 from polyprof.testing import make_plugin_manager_for_tests
+from test_docs_environment import PACKAGES
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = (
-    "core/polyprof",
-    "plugins/polyprof_builtins",
-    "plugins_cuda/polyprof_cuda",
-    "plugins_xpu/polyprof_xpu",
-)
 HOOK = "polyprof_torch_collector_activities"
 CONFIG = ProfileConfig(activities={ProfilerActivity.CPU})
 
@@ -252,7 +247,7 @@ def test_polyprof_uses_only_pluggys_public_api() -> None:
     """
     exported = set(pluggy.__all__)
     found = []
-    for folder in SOURCES:
+    for folder in PACKAGES:
         for path in sorted((ROOT / folder).rglob("*.py")):
             tree = ast.parse(path.read_text(), filename=str(path))
             for node in ast.walk(tree):

@@ -47,7 +47,7 @@ def polyprof_capabilities() -> Capabilities:
     # Ask torch about the device only when it is loaded: listing plugins never imports torch.
     ask_torch = "torch" in sys.modules
     reason = unavailable_reason(ask_torch=ask_torch)
-    if reason is not None:  # the build or IPEX_ZE_TRACING: final without torch's word
+    if reason is not None:  # the build, IPEX_ZE_TRACING, or torch's own answer: never provisional
         return Capabilities(activities={ProfilerActivity.XPU}, unavailable_reason=reason)
     # Without torch, an XPU build is a provisional answer: a profile imports torch and asks it.
     provisional = None if ask_torch else "whether torch sees an XPU (torch.xpu.is_available())"

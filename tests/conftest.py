@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -35,13 +37,20 @@ TORCH_ORACLE_FILES = (
     "test_torch_result.py",
     "test_native_reader.py",
     "test_chrome_lines.py",
+    "test_collector_settings.py",
+    "test_recording_quiet.py",
     "test_distributed_ranks.py",
     "test_*version*.py",
 )
 #: The plugin host (marker ``plugin_host``): pluggy's hooks called plugin by plugin, guarded
 #: loading, a plugin's faults isolated. Every matrix run takes it with the subset above, so it runs
 #: on each pluggy CI installs (the floors' 1.5, the newest run's 1.6, the whole suite's newest).
-PLUGIN_HOST_FILES = ("test_plugin_calls.py", "test_registry.py", "test_plugin_faults.py")
+PLUGIN_HOST_FILES = (
+    "test_plugin_calls.py",
+    "test_registry.py",
+    "test_plugin_faults.py",
+    "test_plugin_reuse.py",
+)
 #: The optional dependencies' tests (marker ``optional_extras``), paths from the repository root:
 #: pyarrow, duckdb and ray (the many-rank report), and the GPU plugin distributions' own tests
 #: (nvidia-ml-py among their needs). The floors run installs all of these at their floors.
@@ -197,3 +206,43 @@ def readonly_dir() -> Iterator[tuple[str, str]]:
 def pytest_report_header(config: pytest.Config) -> str:
     reader = os.environ["POLYPROF_KINETO_READER"]
     return f"polyprof reader of torch's result: {reader} (POLYPROF_KINETO_READER)"
+
+
+@pytest.fixture
+def gpu_present(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """torch and polyprof-cuda both believe a GPU is here, on any build of torch.
+
+    torch's CPU build accepts ``ProfilerActivity.CUDA`` and records the CPU side, so a profile
+    takes the path recording CUDA takes. polyprof-cuda comes from this repository's plugins_cuda
+    folder where it is not installed (scripts/torch_matrix.py's runs). Yields the plugin manager
+    to pass to polyprof's profilers: None (the installed plugins) or one holding polyprof-cuda.
+    """
+    torch = pytest.importorskip("torch")
+    import torch.autograd.profiler as autograd_profiler
+
+    from polyprof import torch_support
+    from polyprof.registry import make_plugin_manager
+
+    installed = importlib.util.find_spec("polyprof_cuda") is not None
+    if not installed:
+        monkeypatch.syspath_prepend(str(REPO_ROOT / "plugins_cuda"))
+    from polyprof_cuda import kineto, mode, plugin
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
+    supported = {torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA}
+    monkeypatch.setattr(autograd_profiler, "_supported_activities", lambda: supported, raising=False)
+    build = torch_support.installed_build()
+    version = build.version if build is not None else torch.__version__
+    monkeypatch.setattr(
+        torch_support, "installed_build", lambda: torch_support.TorchBuild(version, cuda="13.0")
+    )
+    monkeypatch.setattr(kineto, "kineto_mode_reason", lambda: None)
+    mode.forget_cached_mode()
+    pm = None if installed else make_plugin_manager(extra_plugins=[("cuda", plugin)])
+    try:
+        yield pm
+    finally:
+        mode.forget_cached_mode()
+        if pm is not None:
+            pm.close()

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from bus_fakes import FakeTracer, RecordingSubscriber, same_batches
 from hypothesis_budget import examples
-from polyprof.bus import BusStatistics, EventBus
+from polyprof.bus import BusStatistics, EventBus, Sink
 
 # ---------------------------------------------------------------------------- fixtures
 
@@ -183,6 +183,42 @@ def test_a_tracer_that_hands_over_nothing_while_recording_is_not_polled(hands_ov
         assert polled >= 10
     else:
         assert polled <= 1
+
+
+class KeepingSink(Sink):
+    """Polyprof's own kind of subscriber: fed inline, keeps every batch."""
+
+    name = "keeping"
+
+    def __init__(self) -> None:
+        self.batches: list = []
+
+    def consume(self, batch) -> None:
+        self.batches.append(batch)
+
+
+def test_with_only_a_sink_attached_no_tracer_is_polled_until_a_streamed_subscriber_asks():
+    """A plain profile (the collector alone) leaves the bus thread asleep while the program runs."""
+    with EventBus(poll_interval_s=0.005) as bus:
+        tracer = DrainCountingTracer("t", hands_over=True)
+        sink = KeepingSink()
+        bus.add_tracer(tracer)
+        bus.subscribe(sink)
+        tracer.put([1])
+        time.sleep(0.3)
+        assert tracer.drains <= 1, "the bus polled a tracer although no streamed subscriber is attached"
+        assert bus.flush(timeout_s=10)  # a flush drains it
+        assert [len(b) for b in sink.batches] == [1]
+        streamed = RecordingSubscriber()
+        bus.subscribe(streamed)
+        before = tracer.drains
+        tracer.put([2])
+        time.sleep(0.3)
+        assert tracer.drains - before >= 10, "a streamed subscriber attached, but the bus does not poll"
+        assert [len(b) for b in sink.batches] == [1, 2], "the polled batch did not arrive without a flush"
+        tracer.stop()
+        assert bus.finish_recording(timeout_s=10)
+    assert [len(b) for b in streamed.batches] == [2]
 
 
 # ---------------------------------------------------------------------------- isolation

@@ -31,14 +31,12 @@ def __getattr__(name: str):
 def supported_activities() -> set[ProfilerActivity]:
     """Activities that installed, usable plugins can record here (torch's function of the same name)."""
     from polyprof import torch_support
-    from polyprof.registry import make_plugin_manager
+    from polyprof.registry import shared_plugin_manager
 
     torch_support.import_installed()  # as torch's own function does: the plugins ask torch itself
-    pm = make_plugin_manager()
-    try:
-        return set(pm.supported_activities())
-    finally:
-        pm.close()
+    pm = shared_plugin_manager()
+    pm.confirm_provisional()
+    return set(pm.supported_activities())
 
 
 __all__ = [

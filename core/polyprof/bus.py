@@ -71,7 +71,8 @@ from polyprof.events import EventBatch
 
 __all__ = ["BusStatistics", "EventBus", "Sink"]
 
-#: How often a pull task looks at its outbox when nobody wakes it.
+#: How often a pull task looks at its outbox when nobody wakes it, while a streamed subscriber
+#: is attached (``_BusEngine._poll_interval``).
 DEFAULT_POLL_INTERVAL_S = 0.01
 #: How long routing waits for room in a full subscriber stream before dropping.
 DEFAULT_OVERFLOW_WAIT_S = 2.0
@@ -709,6 +710,9 @@ class _BusEngine:
         )
         self._subscribers = (*self._subscribers, link)
         self._feeding.add(link)
+        for tracer_link in self._tracers:  # those that hand over while recording start polling for it
+            if tracer_link.tracer.hands_over_while_recording:
+                tracer_link.wake.set()
         self._task_group.start_soon(self._feed, link, name=f"polyprof-bus feed {key}")
         return key
 
@@ -732,8 +736,7 @@ class _BusEngine:
                         request.set()
                     if stopping:
                         return
-                    poll = self.poll_interval_s if link.tracer.hands_over_while_recording else None
-                    with anyio.move_on_after(poll):
+                    with anyio.move_on_after(self._poll_interval(link)):
                         await link.wake.wait()
                     if link.wake.is_set():
                         link.wake = anyio.Event()
@@ -747,6 +750,17 @@ class _BusEngine:
                 request.set()
             link.flush_requests.clear()
             link.stopped.set()
+
+    def _poll_interval(self, link: _TracerLink) -> float | None:
+        """How long a pull task sleeps before it looks at its outbox again; None: until woken.
+
+        Only a streamed subscriber wants batches while the recording runs: with none attached
+        (a plain profile: the collector alone) the outboxes are drained at ``flush`` and at the
+        end, and the bus thread never wakes while the user's program runs.
+        """
+        if link.tracer.hands_over_while_recording and self._subscribers:
+            return self.poll_interval_s
+        return None
 
     async def _decode_and_route(self, link: _TracerLink, item: Any) -> None:
         self.counters.add(link.name, items_decoded=1)
@@ -1160,7 +1174,8 @@ class EventBus:
     ) -> None:
         """
         :param poll_interval_s: how often each tracer's outbox is checked when
-            nobody calls ``flush``.
+            nobody calls ``flush``, while a streamed subscriber is attached (with
+            sinks alone, outboxes are drained at ``flush`` and at the end only).
         :param overflow_wait_s: how long routing waits for room in a full
             subscriber stream (backpressure) before dropping the batch for that
             subscriber; 0 drops at once.

@@ -415,6 +415,7 @@ class profile:  # noqa: N801 - torch's name
         self._initialized = False
         self._trace_id: str | None = None
         self._cycle_metadata: dict[str, str] = {}
+        self._has_cudagraphs = False
         self._traces: list[Any] = []
         self._results: Any = None
         self._cleared_warned = False
@@ -516,7 +517,7 @@ class profile:  # noqa: N801 - torch's name
         warnings.warn(f"Incorrect schedule: {prev} followed by {new}", stacklevel=4)
 
     def prepare_trace(self) -> None:
-        _load_inductor_config()
+        self._has_cudagraphs = _load_inductor_config()
         if self._traces and not self.acc_events and not self._cleared_warned:
             self._cleared_warned = True
             warnings.warn(ACC_EVENTS_WARNING, stacklevel=4)
@@ -535,8 +536,14 @@ class profile:  # noqa: N801 - torch's name
             if getattr(self, flag):
                 self._cycle_metadata[flag] = "1"
         self._note_distributed_info()
-        self._cycle_metadata.update(self.preset_metadata)
         self._lifecycle.start()
+        if self._has_cudagraphs and _cupti_teardown_breaks_cuda_graphs():
+            # torch.profiler's own workaround, at the same point: CUDA graphs crash on a re-init of
+            # CUPTI after its teardown (CUDA 11 on the first lazy one, CUDA 12 on the second).
+            os.environ["DISABLE_CUPTI_LAZY_REINIT"] = "1"
+            self._cycle_metadata["DISABLE_CUPTI_LAZY_REINIT"] = "1"
+            os.environ["TEARDOWN_CUPTI"] = "0"
+        self._cycle_metadata.update(self.preset_metadata)
 
     def _note_distributed_info(self) -> None:
         """Put the process group's facts in this cycle's trace as ``distributedInfo``, unless they are.
@@ -829,8 +836,10 @@ def _step_hook_enabled() -> bool:
     return bool(is_fbcode() and os.environ.get("KINETO_FORCE_STEP_HOOK", ""))
 
 
-def _load_inductor_config() -> None:
+def _load_inductor_config() -> bool:
     """What torch.profiler.profile.prepare_trace does first on every release 2.6-2.15.
+
+    Returns Inductor's ``triton.cudagraphs`` (torch's ``has_cudagraphs``), False without Inductor.
 
     ``hasattr(torch, "_inductor")`` imports Inductor (hundreds of modules, sympy
     among them) before the collector starts. Skipping it moved that import into
@@ -842,12 +851,30 @@ def _load_inductor_config() -> None:
     """
     torch = sys.modules.get("torch")
     if torch is None:
-        return
+        return False
     try:
         if hasattr(torch, "_inductor"):
-            import torch._inductor.config
+            import torch._inductor.config as inductor_config
+
+            return bool(inductor_config.triton.cudagraphs)
     except Exception:  # torch.profiler lets this raise; a broken Inductor must not stop profiling
         log.debug("inductor_config_unavailable", exc_info=True)
+    return False
+
+
+def _cupti_teardown_breaks_cuda_graphs() -> bool:
+    """torch.profiler's test for keeping CUPTI up with CUDA graphs: CUDA before 12.6, or its own switch."""
+    torch = sys.modules["torch"]
+    cuda = getattr(torch.version, "cuda", None)
+    if isinstance(cuda, str):
+        numbers = tuple(int(part) for part in cuda.split(".")[:2] if part.isdigit())
+        if numbers < (12, 6):
+            return True
+    try:
+        from torch._utils_internal import profiler_allow_cudagraph_cupti_lazy_reinit_cuda12
+    except ImportError:  # not in this torch: its rule is the version alone
+        return False
+    return not profiler_allow_cudagraph_cupti_lazy_reinit_cuda12()
 
 
 def _check_json(key: str, value: str) -> None:

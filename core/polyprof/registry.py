@@ -70,7 +70,9 @@ from polyprof.plugin_discovery import (
     builtin_entry_point,
     canonical_name,
     discover_entry_points,
+    discover_entry_points_once,
     env_flag,
+    installed_distributions_key,
     parse_allow_list,
     plan_third_party,
     resolve_allow_list,
@@ -114,6 +116,16 @@ def _module_of(plugin: object) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
+@attrs.frozen
+class _CapabilitiesAnswer:
+    """A plugin's answer to ``polyprof_capabilities``, as the status it gives the plugin."""
+
+    status: PluginStatus
+    reason: str | None
+    capabilities: Capabilities | None = None
+    traceback: str | None = None
+
+
 class PolyprofPluginManager(pluggy.PluginManager):
     """A pluggy manager that records each plugin's status and builds components.
 
@@ -133,9 +145,9 @@ class PolyprofPluginManager(pluggy.PluginManager):
         self._calls = HookCalls(self, self)
         # Which plugin made each component (held, so an id is never reused while recorded).
         self._component_plugins: dict[int, tuple[object, str]] = {}
-        # Plugins that said, provisionally, that they cannot run here: kept to be asked again once
-        # torch is imported (confirm_provisional).
-        self._set_aside: dict[str, object] = {}
+        # Plugins that said they cannot run here: kept to be asked again (confirm_provisional once
+        # torch is imported, refresh_capabilities for each session of a shared manager).
+        self._set_aside: dict[str, tuple[object, tuple[Callable[[], Any], ...]]] = {}
 
     # ------------------------------------------------------------ plugin records
 
@@ -341,76 +353,102 @@ class PolyprofPluginManager(pluggy.PluginManager):
                 self._set_status(plugin_name, "failed", reason)
 
     def _read_capabilities(self, name: str) -> None:
-        """Call this plugin's own ``polyprof_capabilities`` (first non-None result)."""
+        """Call this registered plugin's own ``polyprof_capabilities`` and record the answer."""
         plugin = self.get_plugin(name)
+        functions = self._capability_functions(plugin)
+        answer = self._ask_capabilities(name, functions)
+        if answer.status == "unavailable":
+            log.info("plugin_unavailable", plugin=name, reason=answer.reason)
+            with self._lock:  # asked again by confirm_provisional or refresh_capabilities
+                self._set_aside[name] = (plugin, functions)
+        if answer.status != "loaded":
+            # An unavailable plugin takes no part in sessions; its record still says what it would provide.
+            self._forget(name)
+        self._set_status(
+            name, answer.status, answer.reason, answer.traceback, capabilities=answer.capabilities
+        )
+
+    def _capability_functions(self, plugin: object) -> tuple[Callable[[], Any], ...]:
+        """The functions of ``plugin`` that implement ``polyprof_capabilities``, first called first."""
         caller = self.hook.polyprof_capabilities
         impls = [i for i in caller.get_hookimpls() if i.plugin is plugin and not (i.wrapper or i.hookwrapper)]
-        capabilities = Capabilities()
-        for impl in reversed(impls):
+        return tuple(impl.function for impl in reversed(impls))
+
+    def _ask_capabilities(self, name: str, functions: Sequence[Callable[[], Any]]) -> _CapabilitiesAnswer:
+        """What a plugin's ``polyprof_capabilities`` says (first non-None result), as a status."""
+        for function in functions:
             try:
-                result = impl.function()
+                result = function()
             except PluginUnavailable as exc:
                 reason = str(exc) or "unavailable"
-                log.info("plugin_unavailable", plugin=name, reason=reason)
-                self._forget(name)
-                self._set_status(
-                    name, "unavailable", reason, capabilities=Capabilities(unavailable_reason=reason)
-                )
-                return
+                return _CapabilitiesAnswer("unavailable", reason, Capabilities(unavailable_reason=reason))
             except Exception as exc:  # noqa: BLE001 - a plugin whose capabilities fail is reported and skipped
                 log.warning("plugin_capabilities_failed", plugin=name, error=describe_exception(exc))
-                self._forget(name)
-                self._set_status(
-                    name,
-                    "failed",
-                    f"polyprof_capabilities raised {describe_exception(exc)}",
-                    format_traceback(exc),
-                )
-                return
+                reason = f"polyprof_capabilities raised {describe_exception(exc)}"
+                return _CapabilitiesAnswer("failed", reason, traceback=format_traceback(exc))
             if result is None:
                 continue
             if not isinstance(result, Capabilities):
-                self._forget(name)
-                self._set_status(
-                    name,
-                    "failed",
-                    f"polyprof_capabilities returned {short_repr(result)}, which is not a Capabilities",
-                )
-                return
+                reason = f"polyprof_capabilities returned {short_repr(result)}, which is not a Capabilities"
+                return _CapabilitiesAnswer("failed", reason)
             try:
                 activities = frozenset(coerce_activity(a) for a in result.activities)
             except ValueError as exc:
-                self._forget(name)
-                self._set_status(name, "failed", f"polyprof_capabilities declared a bad activity: {exc}")
-                return
+                return _CapabilitiesAnswer("failed", f"polyprof_capabilities declared a bad activity: {exc}")
             capabilities = attrs.evolve(result, activities=activities)
-            break
-        if capabilities.unavailable_reason:
-            log.info("plugin_unavailable", plugin=name, reason=capabilities.unavailable_reason)
-            if capabilities.provisional:
-                with self._lock:
-                    self._set_aside[name] = plugin
-            # An unavailable plugin takes no part in sessions; its record still says what it would provide.
-            self._forget(name)
-            self._set_status(name, "unavailable", capabilities.unavailable_reason, capabilities=capabilities)
-            return
-        self._set_status(name, "loaded", None, capabilities=capabilities)
+            if capabilities.unavailable_reason:
+                return _CapabilitiesAnswer("unavailable", capabilities.unavailable_reason, capabilities)
+            return _CapabilitiesAnswer("loaded", None, capabilities)
+        return _CapabilitiesAnswer("loaded", None, Capabilities())
 
     def confirm_provisional(self) -> None:
         """Ask again every plugin whose capabilities were provisional (given while torch was not
         imported), so that a profile goes by torch's own answers; call it once torch is imported."""
+        self._ask_again(lambda info: info.provisional is not None)
+
+    def refresh_capabilities(self) -> None:
+        """Ask every loaded or unavailable plugin for its capabilities again.
+
+        A manager that serves many sessions (``shared_plugin_manager``) calls it for each, so
+        that each goes by what its plugins answer now (a device that appeared or went away,
+        ``CUDA_VISIBLE_DEVICES`` changed), as a manager made for it would; registration and
+        reading the installed distributions are not repeated, and an unavailable plugin is
+        asked without being registered again.
+        """
+        self._ask_again(lambda info: info.status in ("loaded", "unavailable"))
+
+    def _ask_again(self, chosen: Callable[[PluginInfo], bool]) -> None:
         for info in self.plugin_infos():
-            if info.provisional is None:
+            if not chosen(info):
                 continue
-            if self.get_plugin(info.name) is None:
-                with self._lock:
-                    plugin = self._set_aside.pop(info.name, None)
-                if plugin is None:
-                    continue
-                registered = self._register_guarded(plugin, attrs.evolve(info, status="loaded", reason=None))
-                if not registered.loaded:
-                    continue
-            self._read_capabilities(info.name)
+            if self.get_plugin(info.name) is not None:
+                self._read_capabilities(info.name)
+                continue
+            with self._lock:
+                aside = self._set_aside.get(info.name)
+            if aside is None:
+                continue
+            plugin, functions = aside
+            answer = self._ask_capabilities(info.name, functions)
+            if answer.status != "loaded":
+                if answer.status == "failed":
+                    with self._lock:
+                        self._set_aside.pop(info.name, None)
+                if (answer.status, answer.reason) != (info.status, info.reason):
+                    log.info("plugin_capabilities_changed", plugin=info.name, status=answer.status)
+                self._set_status(
+                    info.name,
+                    answer.status,
+                    answer.reason,
+                    answer.traceback,
+                    capabilities=answer.capabilities,
+                )
+                continue
+            with self._lock:
+                self._set_aside.pop(info.name, None)
+            registered = self._register_guarded(plugin, attrs.evolve(info, status="loaded", reason=None))
+            if registered.loaded:
+                self._set_status(info.name, "loaded", None, capabilities=answer.capabilities)
 
     # --------------------------------------------------------------- debugging
 
@@ -500,6 +538,18 @@ class PolyprofPluginManager(pluggy.PluginManager):
         with self._lock:
             for component in components:
                 self._component_plugins[id(component)] = (component, plugin)
+
+    def forget_components(self, components: Iterable[object]) -> None:
+        """Let go of ``components`` (made by this manager): ``plugin_of`` no longer knows them.
+
+        A manager that outlives its sessions (``shared_plugin_manager``) would otherwise hold
+        every tracer, subscriber, aggregator and exporter it ever made.
+        """
+        with self._lock:
+            for component in components:
+                entry = self._component_plugins.get(id(component))
+                if entry is not None and entry[0] is component:
+                    del self._component_plugins[id(component)]
 
     # ------------------------------------------------------------ activities
 
@@ -676,6 +726,23 @@ class PolyprofPluginManager(pluggy.PluginManager):
         """Shut down every exporter this manager made; errors are logged, not raised."""
         with self._lock:
             exporters, self._exporters_made = self._exporters_made, []
+        self._shut_down(exporters)
+        if self._undo_monitoring is not None:
+            self._undo_monitoring()
+            self._undo_monitoring = None
+
+    def shut_down_exporters(self, exporters: Iterable[Exporter]) -> None:
+        """Shut down ``exporters`` (made by this manager) and forget them; the manager stays open.
+
+        For a manager that outlives the session that asked for them (``shared_plugin_manager``).
+        """
+        chosen = list(exporters)
+        with self._lock:
+            self._exporters_made = [e for e in self._exporters_made if not any(e is c for c in chosen)]
+        self._shut_down(chosen)
+
+    @staticmethod
+    def _shut_down(exporters: Iterable[Exporter]) -> None:
         for exporter in exporters:
             try:
                 exporter.shutdown()
@@ -685,9 +752,6 @@ class PolyprofPluginManager(pluggy.PluginManager):
                     exporter=getattr(exporter, "name", "?"),
                     error=describe_exception(exc),
                 )
-        if self._undo_monitoring is not None:
-            self._undo_monitoring()
-            self._undo_monitoring = None
 
     def __enter__(self) -> PolyprofPluginManager:
         return self
@@ -729,7 +793,7 @@ def make_plugin_manager(
     allowed = parse_allow_list(os.environ.get(ALLOW_LIST_ENV) if allow is None else allow)
     allow_source = ALLOW_LIST_ENV if allow is None else "the allow-list"
 
-    candidates = discover_entry_points() if entry_points else []
+    candidates = discover_entry_points_once() if entry_points else []
     core = {c.name: c for c in candidates if c.builtin}
     third_party = sorted(
         (c for c in candidates if not c.builtin), key=lambda c: (c.name, c.distribution or "")
@@ -792,6 +856,57 @@ def make_plugin_manager(
     return pm
 
 
+@attrs.frozen(eq=False)
+class _SharedManager:
+    key: tuple[Any, ...]
+    manager: PolyprofPluginManager
+    #: The warnings its making gave, given again to each session that takes it.
+    warnings_given: tuple[warnings.WarningMessage, ...]
+
+
+_shared_lock = threading.Lock()
+_shared: _SharedManager | None = None
+
+
+def _shared_manager_key() -> tuple[Any, ...]:
+    return (
+        make_plugin_manager,  # replaced (tests inject their plugins so): a manager of the new one
+        installed_distributions_key(),
+        *(os.environ.get(name) for name in (DISABLE_AUTOLOAD_ENV, ALLOW_LIST_ENV, TRACE_ENV)),
+    )
+
+
+def shared_plugin_manager() -> PolyprofPluginManager:
+    """The plugin manager sessions made without one use: made once, made again when its inputs change.
+
+    Its inputs are the installed distributions (``installed_distributions_key``) and the
+    environment variables ``make_plugin_manager`` reads. Making one costs milliseconds (plugins
+    registered, their capabilities asked) that a profile's start should not pay each time; the
+    warnings its making gave (an allow-list naming plugins that are not installed) are given
+    again on every call, as a fresh manager would give them. It is never closed: each session
+    shuts down the exporters it asked for (``PolyprofPluginManager.shut_down_exporters``).
+    """
+    global _shared
+    key = _shared_manager_key()
+    with _shared_lock:
+        shared = _shared
+        if shared is None or shared.key != key:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                manager = make_plugin_manager()
+            shared = _shared = _SharedManager(key, manager, tuple(caught))
+    for given in shared.warnings_given:
+        warnings.warn(given.message, given.category, stacklevel=3)
+    return shared.manager
+
+
+def forget_shared_plugin_manager() -> None:
+    """The next ``shared_plugin_manager()`` makes a new manager (this one is left to its users)."""
+    global _shared
+    with _shared_lock:
+        _shared = None
+
+
 __all__ = [
     "ALLOW_LIST_ENV",
     "BUILTIN_PLUGINS",
@@ -811,7 +926,9 @@ __all__ = [
     "canonical_name",
     "discover_entry_points",
     "env_flag",
+    "forget_shared_plugin_manager",
     "make_plugin_manager",
     "parse_allow_list",
     "resolve_allow_list",
+    "shared_plugin_manager",
 ]

@@ -98,7 +98,9 @@ class Session:
     aggregators: Mapping[str, Aggregator]
     collector: TraceCollector
     bus: Any
-    owns_plugin_manager: bool = True
+    #: True when it uses the process's shared plugin manager (``polyprof.registry.shared_plugin_manager``),
+    #: False for one its caller passed in and closes.
+    shares_plugin_manager: bool = False
     _exporters: dict[str, Exporter] = attrs.field(factory=dict)
     _closed: bool = False
     _recording: bool = False
@@ -115,16 +117,20 @@ class Session:
         **flags: Any,
     ) -> Session:
         """Build a session: resolve activities against installed plugins, make components."""
-        from polyprof.registry import make_plugin_manager
+        from polyprof.registry import shared_plugin_manager
 
-        owns_pm = plugin_manager is None
         # Plugins answer from torch itself once it is imported, never provisionally (Capabilities);
-        # a manager made before (polyprof run's) asks its provisional ones again.
+        # a manager made before (polyprof run's) asks its provisional ones again, the shared one all.
         torch_support.import_installed()
-        pm = plugin_manager if plugin_manager is not None else make_plugin_manager()
-        confirm = getattr(pm, "confirm_provisional", None)
-        if confirm is not None:
-            confirm()
+        shares_pm = plugin_manager is None
+        if shares_pm:
+            pm = shared_plugin_manager()
+            pm.refresh_capabilities()  # what each plugin can do now, as a manager made now would say
+        else:
+            pm = plugin_manager
+            confirm = getattr(pm, "confirm_provisional", None)
+            if confirm is not None:
+                confirm()
         requested = None if activities is None else frozenset(coerce_activity(a) for a in activities)
         chosen = activity_resolution.resolve_activities(pm, requested)
         config = ProfileConfig(activities=chosen, trace_id=trace_id, **flags)
@@ -146,7 +152,7 @@ class Session:
             aggregators=aggregators,
             collector=collector,
             bus=EventBus(),
-            owns_plugin_manager=owns_pm,
+            shares_plugin_manager=shares_pm,
         )
         pm.call_each("polyprof_session_start", isolate_errors=True, session=session)
         _warn_plugin_failures(pm.hook_failures()[seen:])
@@ -370,19 +376,23 @@ class Session:
         self.bus.close()
 
     def shutdown(self) -> None:
-        """Close, then shut down the exporters and the plugin manager when this session created it."""
+        """Close, then shut down the exporters this session asked the shared plugin manager for."""
         self.close()
         self.release_exporters()
 
     def release_exporters(self) -> None:
-        """Shut down the exporters made so far (through the plugin manager, when this session made it).
+        """Shut down the exporters this session asked the shared plugin manager for; forget its parts.
 
         A plugin manager passed in by the caller is the caller's to close, with its exporters;
         they stay cached here, so exports after the end reuse them instead of piling up.
         """
-        if self.owns_plugin_manager:
+        if self.shares_plugin_manager:
+            exporters = list(self._exporters.values())
             self._exporters.clear()
-            self.plugin_manager.close()
+            self.plugin_manager.shut_down_exporters(exporters)
+            # the shared manager outlives this session: it must not keep its components alive
+            components = [*self.tracers, *self.subscribers, *self.aggregators.values(), *exporters]
+            self.plugin_manager.forget_components(components)
 
 
 def _stop_quietly(tracer: Tracer) -> None:

@@ -526,6 +526,17 @@ def _reader(requested: str | None) -> Any:
         return None
 
 
+def _start_reader_build(requested: str) -> None:
+    """The compiled reader's background build, started and announced on the user's thread when it is
+    missing (``native_reader.build_in_background``); never costs the profile."""
+    try:
+        native_reader.build_in_background(requested)
+    except Exception as exc:  # noqa: BLE001 - the recording is handed over whatever happens here
+        # The announcement made an error (-W error), or no build spec here: the decode's own reader
+        # choice logs that one (kineto_reader_unavailable), so this stays quiet by default.
+        log.info("kineto_reader_build_not_announced", reason=f"{type(exc).__name__}: {exc}")
+
+
 def _visible_rows(rows: ResultRows, claims: DeviceRowClaims | None = None) -> ResultRows:
     """The rows of torch's result without the events torch's own parse skips (hidden ones).
 
@@ -1011,22 +1022,25 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
             tracer.results_complete()
 
     def _prepare_collector(self) -> None:
-        """torch's ``_prepare_profiler`` with this recording's config and CPU activity filter."""
+        """torch's ``_prepare_profiler`` with this recording's config and CPU activity filter.
+
+        Called as torch.profiler calls it: on torch with activity filters (2.13+) the filter is
+        always passed, empty when none was asked for.
+        """
         from torch._C._autograd import _prepare_profiler
         from torch._C._profiler import ProfilerActivity as TorchActivity
 
         cpu_filter = self.config.activity_filters.get(ProfilerActivity.CPU)
-        if cpu_filter is None:
+        if not torch_support.installed().prepare_takes_activity_filter:
+            if cpu_filter is not None:
+                raise ValueError(
+                    f"torch {torch_support.installed().version_text} cannot filter CPU activity types "
+                    "(activity filters need torch 2.13 or newer); pass activities=[ProfilerActivity.CPU]"
+                )
             _prepare_profiler(self._cfg, self._torch_activities)
-        elif not torch_support.installed().prepare_takes_activity_filter:
-            raise ValueError(
-                f"torch {torch_support.installed().version_text} cannot filter CPU activity types "
-                "(activity filters need torch 2.13 or newer); pass activities=[ProfilerActivity.CPU]"
-            )
-        else:
-            _prepare_profiler(
-                self._cfg, self._torch_activities, activity_filter={TorchActivity.CPU: set(cpu_filter)}
-            )
+            return
+        activity_filter = {} if cpu_filter is None else {TorchActivity.CPU: set(cpu_filter)}
+        _prepare_profiler(self._cfg, self._torch_activities, activity_filter=activity_filter)
 
     def start(self) -> None:
         from torch._C._autograd import _enable_profiler
@@ -1061,6 +1075,7 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         for tracer in self._result_tracers:  # their devices' queued work belongs in this result
             tracer.before_collector_stops()
         self._hand_over(_disable_profiler())
+        _start_reader_build(self._reader_mode)
         self._state = "paused"
         self._notes.append(
             "a torch profiler ran inside this recording; polyprof paused while it ran, so its ops are "
@@ -1100,6 +1115,7 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
                 self._end_ns = time.time_ns()
                 _profiler_flag(False)
             self._hand_over(result)
+            _start_reader_build(self._reader_mode)
         finally:
             self._close_outboxes()
 

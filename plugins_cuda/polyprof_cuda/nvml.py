@@ -234,10 +234,9 @@ class NvmlSampler(Tracer):
         self._notes = []
         self.rounds = 0
         self._stop.clear()
-        devices = self._devices_in_use()  # torch only: NVML calls are the thread's
-        self._thread = threading.Thread(
-            target=self._run, args=(devices,), name="polyprof-nvml-sampler", daemon=True
-        )
+        # All of the set-up (asking torch which devices it uses, nvmlInit, the handles) runs on
+        # the sampler's thread: the profile's start on the user's thread only starts it.
+        self._thread = threading.Thread(target=self._run, name="polyprof-nvml-sampler", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -258,8 +257,9 @@ class NvmlSampler(Tracer):
 
     # -------------------------------------------------------- sampler thread
 
-    def _run(self, devices: list[DeviceInUse] | None) -> None:
+    def _run(self) -> None:
         nvml = self.nvml
+        devices = self._devices_in_use()
         try:
             nvml.nvmlInit()
         except Exception as exc:  # noqa: BLE001 - no GPU counters, the profile goes on

@@ -16,7 +16,8 @@
 #   3. installs polyprof and polyprof-cuda from this checkout without network
 #      (pip install --no-deps --no-build-isolation -e . -e plugins_cuda; where the machine's
 #      setuptools cannot build them, setuptools < 77, the checkout goes on PYTHONPATH with
-#      generated .dist-info entry points instead) and prints `polyprof plugins`;
+#      generated .dist-info entry points instead), builds polyprof's compiled reader
+#      (`polyprof kineto-reader build`, into the cache the tests use) and prints `polyprof plugins`;
 #   4. runs `python -m pytest -q tests/gpu` (extra arguments are passed on), with
 #        POLYPROF_GPU_RESULTS  (default $OUT/gpu_results.jsonl): the measurements, JSON lines;
 #        $OUT/gpu_junit.xml, $OUT/gpu_check.log, $OUT/gpu_traces.tar.gz (the Chrome traces,
@@ -259,6 +260,10 @@ install_polyprof() {
     fi
     "$PY" -c "import polyprof, polyprof_cuda; print('polyprof', polyprof.__file__); print('polyprof_cuda', polyprof_cuda.__file__)" \
         || return 2
+    # The compiled reader, built ahead as docs/cli.md advises for clusters, into the cache the tests use
+    # (tests/conftest.py): no child builds it inside the first profile it times.
+    POLYPROF_CACHE_DIR="${POLYPROF_CACHE_DIR:-$ROOT/.cache/polyprof}" "$PY" -m polyprof kineto-reader build \
+        || echo "WARNING: polyprof's compiled reader did not build; the tests read torch's results in Python"
     "$PY" - <<'EOF'
 # the same question the tests ask: torch loaded, is CUDA recordable through torch's Kineto?
 import io, contextlib, torch  # noqa: F401 - torch loaded, as in a user's program

@@ -249,6 +249,8 @@ def _spawns(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     started: list[list[str]] = []
 
     class Popen:
+        pid = -1  # no such process: nothing is reniced
+
         def __init__(self, args: list[str], **kwargs: Any) -> None:
             assert kwargs["start_new_session"] is True and kwargs["stdout"] is subprocess.DEVNULL
             started.append(args)
@@ -480,6 +482,203 @@ def test_the_background_build_leaves_a_reader_the_next_profile_loads(empty_cache
     assert native_reader.BuildState.of(native_reader.BuildSpec.for_installed_torch()).built
     module = native_reader.reader("auto")
     assert module is not None and "start_ns" in module.field_names()
+
+
+LINUX_IDLE = hasattr(os, "SCHED_IDLE") and hasattr(os, "sched_getscheduler")
+#: A process's nice value and scheduling policy (-1 where the platform has no policies), as JSON.
+PRIORITY_PROBE = """
+import json, os
+def priority():
+    policy = os.sched_getscheduler(0) if hasattr(os, "sched_getscheduler") else -1
+    return [os.getpriority(os.PRIO_PROCESS, 0), policy]
+"""
+
+
+def _priority_of(pid: int) -> tuple[int, int]:
+    scheduler = os.sched_getscheduler(pid) if hasattr(os, "sched_getscheduler") else -1
+    return os.getpriority(os.PRIO_PROCESS, pid), scheduler
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no process priorities here")
+def test_the_background_build_runs_at_the_lowest_priority_and_its_compilers_inherit_it(
+    empty_cache: Path,
+) -> None:
+    """The background entry point, with the build faked: it lowers itself before the build, and a
+    process it starts (as torch's builder starts ninja and the compiler) inherits that."""
+    compiler = PRIORITY_PROBE + "print(json.dumps(priority()))\n"
+    script = PRIORITY_PROBE + (
+        "import subprocess, sys\n"
+        "from polyprof import native_reader\n"
+        "seen = {}\n"
+        "def fake_build(**_):\n"
+        "    seen['self'] = priority()\n"
+        f"    done = subprocess.run([sys.executable, '-c', {compiler!r}], capture_output=True, text=True)\n"
+        "    seen['compiler'] = json.loads(done.stdout)\n"
+        "    return native_reader.BuildState(native_reader.cache_root(), True, None)\n"
+        "native_reader.build = fake_build\n"
+        "seen['rc'] = native_reader._background_main()\n"
+        "print(json.dumps(seen))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, native_reader.CACHE_VARIABLE: str(empty_cache)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["rc"] == 0
+    expected = [native_reader.BUILD_NICE, os.SCHED_IDLE if LINUX_IDLE else -1]
+    assert seen["self"] == expected and seen["compiler"] == expected, seen
+    assert not any(empty_cache.iterdir())  # the build was faked: nothing compiled
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no process priorities here")
+def test_the_spawned_build_is_lowered_at_once_by_the_profiled_process(
+    empty_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before its interpreter has started, the build process is at the lowest priority: the
+    profiled program lowers it right after spawning it (it lowers itself again)."""
+    spawned: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def sleeper(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        spawned.append(real_popen([sys.executable, "-c", "import time; time.sleep(60)"], **kwargs))
+        return spawned[-1]
+
+    monkeypatch.setattr(native_reader.subprocess, "Popen", sleeper)
+    monkeypatch.setattr(native_reader, "_background_running", set())
+    mine = _priority_of(0)
+    try:
+        assert native_reader._start_background_build(native_reader.BuildSpec.for_installed_torch())
+        (process,) = spawned
+        assert _priority_of(process.pid) == (
+            native_reader.BUILD_NICE,
+            os.SCHED_IDLE if LINUX_IDLE else -1,
+        )
+    finally:
+        for process in spawned:
+            process.kill()
+            process.wait()
+    assert _priority_of(0) == mine  # the profiled program's own priority is left alone
+
+
+def test_lowest_priority_is_best_effort(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: Any) -> None:
+        raise PermissionError("not allowed")
+
+    monkeypatch.setattr(native_reader.os, "setpriority", refuse)
+    monkeypatch.setattr(native_reader.os, "sched_setscheduler", refuse, raising=False)
+    assert native_reader.lowest_priority(-1) == []
+
+
+@pytest.fixture
+def unannounced(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(native_reader, "_background_running", set())
+    monkeypatch.setattr(native_reader, "_announced", set())
+    return empty_cache
+
+
+def test_a_started_build_is_announced_once_with_where_cost_and_how_to_avoid_it(
+    unannounced: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = _spawns(monkeypatch)
+    with pytest.warns(native_reader.KinetoReaderBuildWarning) as caught:
+        native_reader.build_in_background("auto")
+        native_reader.build_in_background("auto")
+        assert native_reader.reader("auto") is None
+    assert len(started) == 1 and len(caught) == 1
+    message = str(caught[0].message)
+    folder = native_reader.BuildSpec.for_installed_torch().folder()
+    assert "\n" not in message and str(folder) in message and native_reader.BUILD_COST in message
+    assert "lowest CPU priority" in message and "pure-Python reader" in message
+    assert "'polyprof kineto-reader build'" in message and "POLYPROF_KINETO_READER=python" in message
+    assert caught[0].filename == __file__  # at the caller's line
+
+
+def test_a_build_the_decode_started_is_announced_by_the_next_stop(
+    unannounced: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decode (on the bus thread) may ask for the reader before the stop's own call: the build
+    starts once, and the user's thread announces it."""
+    started = _spawns(monkeypatch)
+    assert native_reader.reader("auto") is None
+    with pytest.warns(native_reader.KinetoReaderBuildWarning):
+        native_reader.build_in_background("auto")
+    assert len(started) == 1
+
+
+@pytest.mark.parametrize("requested", ["python", "native"])
+def test_only_auto_builds_in_the_background(
+    unannounced: Path, monkeypatch: pytest.MonkeyPatch, requested: str, recwarn: pytest.WarningsRecorder
+) -> None:
+    started = _spawns(monkeypatch)
+    native_reader.build_in_background(requested)
+    assert started == [] and not recwarn.list
+
+
+def test_nothing_is_announced_for_a_build_that_did_not_start(
+    unannounced: Path, monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder
+) -> None:
+    def no_fork(*_: Any, **__: Any) -> None:
+        raise OSError("fork: out of memory")
+
+    monkeypatch.setattr(native_reader.subprocess, "Popen", no_fork)
+    native_reader.build_in_background("auto")
+    native_reader.build_in_background("auto")
+    assert not recwarn.list  # logged (kineto_reader_build_not_started), not announced
+
+
+def test_an_announcement_made_an_error_does_not_cost_the_profile(
+    unannounced: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import warnings
+
+    import polyprof
+
+    started = _spawns(monkeypatch)
+    monkeypatch.setenv(native_reader.MODE_VARIABLE, "auto")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", native_reader.KinetoReaderBuildWarning)
+        with polyprof.profile(activities=[polyprof.ProfilerActivity.CPU]) as prof:
+            torch.ones(4).add_(1)
+    assert "aten::add_" in prof.key_averages().table() and len(started) == 1
+
+
+def test_two_profiles_on_an_empty_cache_announce_the_build_once_on_stderr(empty_cache: Path) -> None:
+    """As a user's script meets it: two profiles, the build (faked: no compiler runs) started and
+    announced by the first; one warning line on stderr, nothing on stdout."""
+    script = (
+        "import subprocess, torch, polyprof\n"
+        "from polyprof import native_reader\n"
+        "started = []\n"
+        "class FakePopen:\n"
+        "    pid = -1\n"
+        "    def __init__(self, args, **kwargs):\n"
+        "        started.append(args)\n"
+        "native_reader.subprocess.Popen = FakePopen\n"
+        "for _ in range(2):\n"
+        "    with polyprof.profile(activities=[polyprof.ProfilerActivity.CPU]) as prof:\n"
+        "        torch.ones(4).add_(1)\n"
+        "    assert 'aten::add_' in prof.key_averages().table()\n"
+        "assert len(started) == 1, started\n"
+    )
+    env = {
+        **os.environ,
+        native_reader.CACHE_VARIABLE: str(empty_cache),
+        native_reader.MODE_VARIABLE: "auto",
+    }
+    env.pop("PYTHONWARNINGS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == ""
+    announced = [line for line in done.stderr.splitlines() if "KinetoReaderBuildWarning" in line]
+    assert len(announced) == 1, done.stderr
+    assert str(native_reader.BuildSpec.for_installed_torch().folder()) in announced[0]
+    assert "polyprof kineto-reader build" in announced[0]
 
 
 def test_the_cli_reports_the_reader(

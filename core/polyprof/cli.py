@@ -214,10 +214,12 @@ def add_kineto_reader_command(subparsers: Any) -> None:
         help="show or build polyprof's compiled reader of torch's profiler result",
         description=(
             "polyprof reads torch's raw profiler result with a small C++ module built against the "
-            "installed torch (about 10 s, once per torch build, into a cache folder); without it, "
-            "in pure Python, with identical results. POLYPROF_KINETO_READER=auto (default) builds it "
-            "in the background after the first profile, native builds it before the first profile, "
-            "python never builds it. See docs/performance.md."
+            "installed torch (15-30 s of CPU time, once per torch build, into a cache folder); without "
+            "it, in pure Python, with identical results. POLYPROF_KINETO_READER=auto (default) builds it "
+            "in the background at the lowest CPU priority after the first profile, and says so once; "
+            "native builds it before the first profile; python never builds it. 'polyprof kineto-reader "
+            "build' builds it now: run it once when installing on a cluster or into a container image. "
+            "See docs/performance.md."
         ),
     )
     parser.add_argument("action", nargs="?", choices=("status", "build"), default="status")

@@ -13,9 +13,10 @@ the Python and the source, where every later process finds it.
 ``POLYPROF_KINETO_READER`` chooses:
 
 * ``auto`` (default): the compiled reader when it is built for this torch;
-  otherwise the pure-Python reader, and one background build (a detached,
-  low-priority process) so later profiles find it. A build that failed (no
-  compiler, say) is remembered with its reason and not retried by ``auto``.
+  otherwise the pure-Python reader, and one background build (a detached
+  process at the lowest CPU priority, announced once on stderr by a
+  ``KinetoReaderBuildWarning``) so later profiles find it. A build that failed
+  (no compiler, say) is remembered with its reason and not retried by ``auto``.
 * ``native``: the compiled reader, built now if need be; an error saying why
   when it cannot be.
 * ``python``: the pure-Python reader; nothing is built.
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import warnings
 
 try:
     import fcntl
@@ -49,9 +51,10 @@ from typing import Any
 import attrs
 
 from polyprof import torch_support
-from polyprof.errors import PolyprofError
+from polyprof.errors import PolyprofError, PolyprofWarning
 from polyprof.fileio import atomic_writer
 from polyprof.log import get_logger
+from polyprof.user_warnings import user_stacklevel
 
 log = get_logger(__name__)
 
@@ -83,10 +86,25 @@ FAILED_MARKER = "failed"
 #: polyprof's build lock (flock) and the lock file torch's builder leaves behind when killed.
 BUILD_LOCK = "polyprof-build.lock"
 TORCH_BUILD_LOCK = "lock"
+#: The background build's nice value: the lowest CPU priority a user may set.
+BUILD_NICE = 19
+#: What a build costs, as the announcement and the docs state it (docs/performance.md): CPU time of
+#: the two sources' compilation, measured at 18 s on an idle 2-core machine and up to 27 s on busy ones.
+BUILD_COST = "about 15-30 s of CPU time"
 
 
 class NativeReaderUnavailable(PolyprofError):
     """``POLYPROF_KINETO_READER=native`` and the compiled reader cannot be built or loaded here."""
+
+
+class KinetoReaderBuildWarning(PolyprofWarning):
+    """Said once per process, when a profile starts the compiled reader's background build.
+
+    Informational: the profile is complete (read by the pure-Python reader).
+    ``warnings.filterwarnings("ignore", category=KinetoReaderBuildWarning)``
+    silences it; ``polyprof kineto-reader build`` (ahead of time) or
+    ``POLYPROF_KINETO_READER=python`` avoid the build.
+    """
 
 
 def mode() -> str:
@@ -231,7 +249,10 @@ def _module_file(folder: Path) -> Path | None:
 
 _loaded: dict[str, ModuleType] = {}
 _load_lock = threading.Lock()
+#: Background builds (by ``BuildSpec.key``) this process tried, those it started, and those it announced.
 _background_started: set[str] = set()
+_background_running: set[str] = set()
+_announced: set[str] = set()
 #: Built modules that would not load in this process (logged once): the export stops asking.
 _not_loadable: set[str] = set()
 
@@ -249,7 +270,7 @@ def _load(folder: Path) -> ModuleType:
 
 
 def build(*, force: bool = False) -> BuildState:
-    """Build the reader for the installed torch now (this process; about 10 s), unless built already.
+    """Build the reader for the installed torch now (this process; ``BUILD_COST``), unless built already.
 
     A failure is written to the folder's ``failed`` marker and returned, not
     raised. Concurrent builds of one folder wait for each other (torch's build
@@ -334,16 +355,39 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[-400:]}" if text else type(exc).__name__
 
 
-def _start_background_build(spec: BuildSpec) -> None:
-    """One detached, low-priority build per process and torch build; its outcome lands in the cache."""
+def lowest_priority(pid: int = 0) -> list[str]:
+    """Put process ``pid`` (0: this one) at the lowest CPU priority a user may set; returns what was set.
+
+    nice ``BUILD_NICE`` and, on Linux, the ``SCHED_IDLE`` policy (runs only on
+    a core nothing else wants). Processes it starts afterwards (the build's
+    compiler, assembler and linker) inherit both. The I/O priority follows with
+    no call of its own: Linux gives a ``SCHED_IDLE`` process that set none the
+    idle I/O class (``task_nice_ioclass``), which BFQ and mq-deadline honour.
+    Each is best effort: one the platform lacks or refuses is left out. On
+    Linux both apply to one thread, so call it before the process starts others.
+    """
+    applied = []
+    with contextlib.suppress(OSError, AttributeError):  # no setpriority on Windows
+        os.setpriority(os.PRIO_PROCESS, pid, BUILD_NICE)
+        applied.append(f"nice {BUILD_NICE}")
+    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):  # Linux only
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+            applied.append("SCHED_IDLE")
+    return applied
+
+
+def _start_background_build(spec: BuildSpec) -> bool:
+    """One detached, lowest-priority build per process and torch build; its outcome lands in the
+    cache. Whether it started now (not before, nor refused: those are logged)."""
     if spec.key in _background_started or not sys.executable:
-        return
+        return False
     _background_started.add(spec.key)
     if not _writable(spec.folder()):
         log.warning("kineto_reader_cache_not_writable", folder=str(spec.folder()), variable=CACHE_VARIABLE)
-        return
+        return False
     try:
-        subprocess.Popen(
+        process = subprocess.Popen(
             [sys.executable, "-m", "polyprof.native_reader", "--background-build"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -353,8 +397,50 @@ def _start_background_build(spec: BuildSpec) -> None:
         )
     except OSError as exc:
         log.warning("kineto_reader_build_not_started", reason=_one_line(exc))
+        return False
+    if process.pid > 0:  # lowered at once, before its interpreter starts; it lowers itself again
+        lowest_priority(process.pid)
+    _background_running.add(spec.key)
+    log.info("kineto_reader_building_in_background", folder=str(spec.folder()), pid=process.pid)
+    return True
+
+
+def background_build_announcement(folder: Path) -> str:
+    """The one line that says a background build started: where, its cost, and how to avoid it."""
+    return (
+        f"polyprof is building its compiled reader of torch's results in the background into {folder} "
+        f"(once per torch build; {BUILD_COST} at the lowest CPU priority); meanwhile profiles use the "
+        "pure-Python reader, with identical results. Build it ahead of time with 'polyprof kineto-reader "
+        f"build' (an install step for clusters and images), or set {MODE_VARIABLE}=python to never build it"
+    )
+
+
+def build_in_background(requested: str) -> None:
+    """After a recording, on the user's thread: with ``auto``, start the build if the compiled reader
+    is missing for this torch, and say so once per process, at the user's line.
+
+    The tracer that owns torch's collector calls it when it stops, so the build
+    never starts unannounced: the decode (``reader``, on the bus thread) may ask
+    first and start it, and this call still says so. Cheap once the reader is
+    loaded or announced; with ``native`` or ``python`` it does nothing.
+    """
+    if requested != "auto":
         return
-    log.info("kineto_reader_building_in_background", folder=str(spec.folder()))
+    spec = BuildSpec.for_installed_torch()
+    with _load_lock:
+        if spec.key in _loaded or spec.key in _announced:
+            return
+        if spec.key not in _background_started:
+            state = BuildState.of(spec)
+            if state.built or state.failure is not None:
+                return
+            _start_background_build(spec)
+        if spec.key not in _background_running:
+            return
+        _announced.add(spec.key)
+    warnings.warn(
+        background_build_announcement(spec.folder()), KinetoReaderBuildWarning, stacklevel=user_stacklevel()
+    )
 
 
 def _writable(folder: Path) -> bool:
@@ -438,8 +524,7 @@ def _load_built(spec: BuildSpec, state: BuildState) -> ModuleType:
 
 
 def _background_main() -> int:
-    with contextlib.suppress(OSError, AttributeError):
-        os.nice(19)  # never compete with the training job that profiled
+    lowest_priority()  # never compete with the training job that profiled; the compilers inherit it
     import torch  # noqa: F401 - the build reads the installed torch
 
     return 0 if build().built else 1

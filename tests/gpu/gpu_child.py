@@ -12,9 +12,10 @@ prints ``{"skip": reason}`` instead, before any profiler has started.
 ``run``, after warming the workload up:
 
 * overhead: ``--overhead-reps`` repetitions of ``--overhead-steps`` steps,
-  unprofiled and profiled alternately (a fresh ``profile()`` each; only the
-  loop and the final synchronize are timed, after one untimed profiled
-  repetition that pays the profiler's one-time start-up);
+  unprofiled and profiled alternately (a fresh ``profile()`` each; the loop
+  and the final synchronize are timed, after one untimed profiled repetition
+  that pays the profiler's one-time start-up), and each profile's ``start()``
+  and ``stop()``;
 * comparison: ``--reps`` recordings, each with
   ``schedule(wait=0, warmup=1, active=--steps)``, summarised in
   ``on_trace_ready`` (``gpu_compare.summarize_profile``); the last one also
@@ -259,15 +260,28 @@ def measure_overhead(
     reps: int,
     steps: int,
 ) -> dict[str, Any]:
-    """Unprofiled and profiled loops alternately (order flipped every repetition)."""
+    """Unprofiled and profiled loops alternately (order flipped every repetition).
+
+    Repetition i's two loops run one after the other, so ``profiled_s[i] -
+    baseline_s[i]`` is the time the profiler added to it (``gpu_compare.added_times``).
+    Also times each profile's ``start()`` and ``stop()`` (``start_s``, ``stop_s``:
+    the profiles after the first in this process) and the first one's start
+    (``first_start_s``: the one-time set-up, CUPTI and imports, outside the loops).
+    """
+    starts: list[float] = []
+    stops: list[float] = []
 
     def profiled() -> float:
         prof = profile(activities=activities)
+        began = time.perf_counter()
         prof.start()
+        starts.append(time.perf_counter() - began)
         try:
             seconds = timed_loop(step, sync, steps)
         finally:
+            began = time.perf_counter()
             prof.stop()
+            stops.append(time.perf_counter() - began)
         prof.key_averages()  # results complete (post-processing untimed) before the next loop
         del prof
         gc.collect()
@@ -278,12 +292,21 @@ def measure_overhead(
         return timed_loop(step, sync, steps)
 
     profiled()  # untimed: the profiler's one-time start-up (CUPTI, imports)
+    first_start_s, first_stop_s = starts.pop(), stops.pop()
     baseline_s, profiled_s = [], []
     for rep in range(reps):
         order = (unprofiled, profiled) if rep % 2 == 0 else (profiled, unprofiled)
         for run in order:
             (baseline_s if run is unprofiled else profiled_s).append(run())
-    return {"baseline_s": baseline_s, "profiled_s": profiled_s, "steps": steps}
+    return {
+        "baseline_s": baseline_s,
+        "profiled_s": profiled_s,
+        "steps": steps,
+        "start_s": starts,
+        "stop_s": stops,
+        "first_start_s": first_start_s,
+        "first_stop_s": first_stop_s,
+    }
 
 
 def record(

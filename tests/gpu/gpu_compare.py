@@ -25,9 +25,15 @@ SELF_DEVICE_TOLERANCE = 0.02
 #: applies to the others, and small keys get SMALL_KEY_TOLERANCE (both maxima are recorded).
 SIGNIFICANT_FRACTION = 0.005
 SMALL_KEY_TOLERANCE = 0.10
-#: polyprof's overhead ratio must be at most OVERHEAD_FACTOR * torch's + OVERHEAD_EPSILON.
-OVERHEAD_FACTOR = 1.25
-OVERHEAD_EPSILON = 0.05
+#: The time polyprof adds to the profiled loop (profiled minus unprofiled, ``added_times``) may be at
+#: most ADDED_TIME_FACTOR x torch.profiler's, plus NOISE_STANDARD_ERRORS standard errors of that
+#: comparison, estimated from the spread of torch's own repetitions (``added_time_limit``).
+ADDED_TIME_FACTOR = 1.1
+NOISE_STANDARD_ERRORS = 2.0
+#: For normally distributed repetitions: standard deviation = 1.4826 x the median absolute
+#: deviation, and the standard error of a median of n = 1.2533 x standard deviation / sqrt(n).
+MAD_TO_SD = 1.4826
+MEDIAN_SE_FACTOR = 1.2533
 #: Chrome trace categories of the device rows that launch or copy (not annotations).
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -185,11 +191,53 @@ def overhead_ratio(profiled_s: Sequence[float], baseline_s: Sequence[float]) -> 
     return statistics.median(profiled_s) / base
 
 
-def overhead_limit(
-    torch_ratio: float, factor: float = OVERHEAD_FACTOR, epsilon: float = OVERHEAD_EPSILON
+def added_times(profiled_s: Sequence[float], baseline_s: Sequence[float]) -> list[float]:
+    """The time a profiler added in each repetition: its profiled loop minus the unprofiled loop of the
+    same repetition (the two ran one after the other, ``gpu_child.measure_overhead``)."""
+    if not profiled_s or len(profiled_s) != len(baseline_s):
+        raise ValueError(
+            f"added_times needs one unprofiled loop per profiled loop; got {len(profiled_s)} profiled, "
+            f"{len(baseline_s)} unprofiled"
+        )
+    return [p - b for p, b in zip(profiled_s, baseline_s)]
+
+
+def median_absolute_deviation(values: Sequence[float]) -> float:
+    """The median of |value - median|: a spread that one outlying repetition does not decide."""
+    if not values:
+        raise ValueError("median_absolute_deviation needs at least one value")
+    center = statistics.median(values)
+    return float(statistics.median(abs(v - center) for v in values))
+
+
+def added_time_noise(
+    torch_added: Sequence[float], our_reps: int, standard_errors: float = NOISE_STANDARD_ERRORS
 ) -> float:
-    """The highest overhead ratio polyprof may have where torch.profiler's is ``torch_ratio``."""
-    return factor * torch_ratio + epsilon
+    """How far the median of ``our_reps`` added times may exceed torch's median by chance alone.
+
+    Both medians vary from run to run; the spread of a repetition is taken from
+    torch's repetitions (``MAD_TO_SD`` x their median absolute deviation), and
+    the standard error of the difference of the two medians is
+    ``MEDIAN_SE_FACTOR`` x that x sqrt(1/n_torch + 1/n_ours). Returns
+    ``standard_errors`` of those (0 when torch's repetitions agree exactly).
+    """
+    if our_reps < 1:
+        raise ValueError(f"our_reps must be at least 1, not {our_reps}")
+    spread = MAD_TO_SD * median_absolute_deviation(torch_added)
+    return standard_errors * MEDIAN_SE_FACTOR * spread * math.sqrt(1 / len(torch_added) + 1 / our_reps)
+
+
+def added_time_limit(
+    torch_added: Sequence[float],
+    our_reps: int,
+    factor: float = ADDED_TIME_FACTOR,
+    standard_errors: float = NOISE_STANDARD_ERRORS,
+) -> float:
+    """The most time polyprof may add to the loop (the median over its ``our_reps`` repetitions):
+    ``factor`` x the median of torch's added times (0 if that is negative), plus
+    ``added_time_noise``."""
+    torch_median = max(float(statistics.median(torch_added)), 0.0)
+    return factor * torch_median + added_time_noise(torch_added, our_reps, standard_errors)
 
 
 def trace_device_rows(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -255,6 +303,11 @@ def summarize_comparison(workload: str, runs: dict[str, dict[str, Any]]) -> dict
         which: overhead_ratio(runs[which]["overhead"]["profiled_s"], runs[which]["overhead"]["baseline_s"])
         for which in PROFILERS
     }
+    added = {
+        which: added_times(runs[which]["overhead"]["profiled_s"], runs[which]["overhead"]["baseline_s"])
+        for which in PROFILERS
+    }
+    our_reps = len(added["polyprof"])
     return {
         "record": "workload",
         "workload": workload,
@@ -275,17 +328,36 @@ def summarize_comparison(workload: str, runs: dict[str, dict[str, Any]]) -> dict
         "device_time_us": report["device_time_us"],
         "self_cuda_report": report,
         "overhead_ratio": ratios,
-        "overhead_limit": overhead_limit(ratios["torch"]),
+        "added_ms": {w: 1000 * statistics.median(added[w]) for w in PROFILERS},
+        "added_ms_reps": {w: [1000 * a for a in added[w]] for w in PROFILERS},
+        "added_limit_ms": 1000 * added_time_limit(added["torch"], our_reps),
+        "added_noise_ms": 1000 * added_time_noise(added["torch"], our_reps),
         "loop_ms_median": {
             w: {k: 1000 * statistics.median(runs[w]["overhead"][k]) for k in ("baseline_s", "profiled_s")}
             for w in PROFILERS
         },
         "overhead_steps": ours["overhead"]["steps"],
+        **start_stop_summary(runs),
         "export_s": {w: runs[w]["export_s"] for w in PROFILERS},
         "max_rss_mb": {w: runs[w]["max_rss_mb"] for w in PROFILERS},
         "polyprof_warnings": ours["warnings"],
         "graph_preinit": ours.get("graph_preinit"),
     }
+
+
+def start_stop_summary(runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Each profiler's ``start()`` and ``stop()`` in ms: the median over the profiles after the first in
+    its process (``start_ms``, ``stop_ms``) and the first's own (``first_start_ms``, which carries
+    the one-time set-up). Absent from children that did not time them."""
+    out: dict[str, dict[str, float]] = {"start_ms": {}, "stop_ms": {}, "first_start_ms": {}}
+    for which in PROFILERS:
+        timed = runs[which]["overhead"]
+        for key, field in (("start_ms", "start_s"), ("stop_ms", "stop_s")):
+            if timed.get(field):
+                out[key][which] = 1000 * statistics.median(timed[field])
+        if timed.get("first_start_s") is not None:
+            out["first_start_ms"][which] = 1000 * timed["first_start_s"]
+    return out
 
 
 # ---------------------------------------------------------------- settings and results file
@@ -395,7 +467,7 @@ def format_results(lines: Iterable[str]) -> list[str]:
         elif kind == "workload" and "skipped" in r:
             out.append(f"{r['workload']}: skipped: {r['skipped']}")
         elif kind == "workload":
-            ratio = r["overhead_ratio"]
+            ratio, added = r["overhead_ratio"], r["added_ms"]
             out.append(
                 f"{r['workload']}: CUDA rows torch {r['device_rows']['torch']} / polyprof "
                 f"{r['device_rows']['polyprof']} ({r['distinct_device_rows']} names, "
@@ -403,8 +475,12 @@ def format_results(lines: Iterable[str]) -> list[str]:
                 f"max Self CUDA deviation {_num(r['max_self_cuda_dev_pct'])}% "
                 f"(all keys {_num(r['max_self_cuda_dev_pct_all_keys'])}%, "
                 f"torch's own spread {_num(r['torch_self_cuda_spread_pct'])}%); "
-                f"overhead torch {_num(ratio['torch'], 3)} polyprof {_num(ratio['polyprof'], 3)} "
-                f"(limit {_num(r['overhead_limit'], 3)})"
+                f"added ms over {r['overhead_steps']} steps torch / polyprof {_both(added)} "
+                f"(limit {_num(r['added_limit_ms'])}, noise "
+                f"{_num(r['added_noise_ms'])}; loop ratios {_num(ratio['torch'], 3)} / "
+                f"{_num(ratio['polyprof'], 3)}); "
+                f"start ms torch / polyprof {_both(r.get('start_ms'))} (first "
+                f"{_both(r.get('first_start_ms'))}), stop ms {_both(r.get('stop_ms'))}"
             )
         elif kind == "hta":
             parts = []
@@ -431,6 +507,11 @@ def format_results(lines: Iterable[str]) -> list[str]:
 
 def _num(value: Any, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if isinstance(value, (int, float)) else str(value)
+
+
+def _both(values: Mapping[str, Any] | None) -> str:
+    """``torch / polyprof`` of a per-profiler mapping (``-`` for one not measured)."""
+    return " / ".join(_num(values[w]) if values and w in values else "-" for w in PROFILERS)
 
 
 if __name__ == "__main__":

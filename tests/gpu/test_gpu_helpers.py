@@ -192,10 +192,44 @@ def test_overhead_ratio_uses_medians():
         gc.overhead_ratio([1.0], [0.0])
 
 
-def test_overhead_limit_is_generous_but_bounded():
-    assert gc.overhead_limit(1.0) == pytest.approx(1.30)
-    assert gc.overhead_limit(2.0) == pytest.approx(2.55)
-    assert 1.30 <= gc.overhead_limit(1.0) and not 1.31 <= gc.overhead_limit(1.0)
+def test_added_times_pair_each_repetitions_loops():
+    assert gc.added_times([1.5, 1.25, 2.0], [1.0, 1.0, 1.5]) == pytest.approx([0.5, 0.25, 0.5])
+    with pytest.raises(ValueError, match="one unprofiled loop per profiled loop"):
+        gc.added_times([1.0, 1.0], [1.0])
+    with pytest.raises(ValueError):
+        gc.added_times([], [])
+
+
+def test_median_absolute_deviation_ignores_one_outlier():
+    assert gc.median_absolute_deviation([1.0, 2.0, 3.0, 4.0, 100.0]) == pytest.approx(1.0)
+    assert gc.median_absolute_deviation([5.0]) == 0.0
+    with pytest.raises(ValueError):
+        gc.median_absolute_deviation([])
+
+
+def test_added_time_noise_is_two_standard_errors_of_the_difference_of_medians():
+    torch_added = [0.010, 0.012, 0.011, 0.009, 0.013, 0.011, 0.010]  # MAD 0.001
+    sd = 1.4826 * 0.001
+    expected = 2 * 1.2533 * sd * math.sqrt(1 / 7 + 1 / 7)
+    assert gc.added_time_noise(torch_added, 7) == pytest.approx(expected)
+    assert gc.added_time_noise(torch_added, 7) == pytest.approx(0.001987, rel=1e-3)
+    # more repetitions of ours: a smaller standard error; identical repetitions: no noise
+    assert gc.added_time_noise(torch_added, 70) < gc.added_time_noise(torch_added, 7)
+    assert gc.added_time_noise([0.01] * 5, 5) == 0.0
+    with pytest.raises(ValueError):
+        gc.added_time_noise(torch_added, 0)
+
+
+def test_added_time_limit_is_one_point_one_times_torchs_plus_its_noise():
+    quiet = [0.010] * 7
+    assert gc.added_time_limit(quiet, 7) == pytest.approx(0.011)
+    noisy = [0.010, 0.012, 0.011, 0.009, 0.013, 0.011, 0.010]
+    assert gc.added_time_limit(noisy, 7) == pytest.approx(1.1 * 0.011 + gc.added_time_noise(noisy, 7))
+    # the eager numbers (H200): torch adds 12.3 ms, polyprof 25.7 ms: over, whatever the noise
+    # of a +-1 ms spread
+    assert gc.added_time_limit([0.0113, 0.0123, 0.0133] * 2 + [0.0123], 7) < 0.0257
+    # torch's median below zero (noise on a loop it barely slows): the factor applies to zero
+    assert gc.added_time_limit([-0.001] * 7, 7) == 0.0
 
 
 def synthetic_kineto_trace(
@@ -293,10 +327,19 @@ def test_env_settings(monkeypatch):
 
 
 def _child_run(profiler: str, overhead: tuple[list[float], list[float]], summaries: list[dict]) -> dict:
+    starts = {"torch": [0.001, 0.002, 0.0015], "polyprof": [0.003, 0.002, 0.004]}[profiler]
     return {
         "profiler": profiler,
         "steps": 5,
-        "overhead": {"baseline_s": overhead[0], "profiled_s": overhead[1], "steps": 5},
+        "overhead": {
+            "baseline_s": overhead[0],
+            "profiled_s": overhead[1],
+            "steps": 5,
+            "start_s": starts[: len(overhead[1])],
+            "stop_s": [2 * s for s in starts[: len(overhead[1])]],
+            "first_start_s": 0.5,
+            "first_stop_s": 0.6,
+        },
         "summaries": summaries,
         "trace_rows": {"by_stream": {"7": {"k": 5}}, "kernels": 5, "profiler_steps": 5},
         "export_s": 0.1,
@@ -317,7 +360,14 @@ def test_summarize_comparison_on_synthetic_children():
     }
     s = gc.summarize_comparison("eager", runs)
     assert s["overhead_ratio"] == {"torch": pytest.approx(1.2), "polyprof": pytest.approx(1.25)}
-    assert s["overhead_limit"] == pytest.approx(1.55)
+    # added per repetition: torch 0.2, 0.3, 0.2 s; polyprof 0.25, 0.1, 0.6 s
+    assert s["added_ms"] == {"torch": pytest.approx(200.0), "polyprof": pytest.approx(250.0)}
+    assert s["added_ms_reps"]["polyprof"] == pytest.approx([250.0, 100.0, 600.0])
+    assert s["added_noise_ms"] == pytest.approx(1000 * gc.added_time_noise([0.2, 0.3, 0.2], 3))
+    assert s["added_limit_ms"] == pytest.approx(220.0 + s["added_noise_ms"])
+    assert s["start_ms"] == {"torch": pytest.approx(1.5), "polyprof": pytest.approx(3.0)}
+    assert s["stop_ms"] == {"torch": pytest.approx(3.0), "polyprof": pytest.approx(6.0)}
+    assert s["first_start_ms"] == {"torch": pytest.approx(500.0), "polyprof": pytest.approx(500.0)}
     assert s["max_self_cuda_dev_pct"] == pytest.approx(1.0) and s["self_cuda_report"]["failures"] == []
     assert s["device_rows"] == {"torch": 5, "polyprof": 5} and s["device_row_mismatches"] == [{}, {}, {}]
     assert s["gpu"] == "NVIDIA H200" and s["streams"] == {"torch": 1, "polyprof": 1}
@@ -343,7 +393,9 @@ def test_format_results_digests_every_record(tmp_path):
     lines = gc.format_results(target.read_text().splitlines())
     assert len(lines) == 6
     assert lines[0].startswith("machine: gpu NVIDIA H200, driver 580.159.03, torch 2.11.0")
-    assert "max Self CUDA deviation 0.00%" in lines[1] and "overhead torch 1.200 polyprof 1.200" in lines[1]
+    assert "max Self CUDA deviation 0.00%" in lines[1] and "loop ratios 1.200 / 1.200" in lines[1]
+    assert "added ms over 5 steps torch / polyprof 200.00 / 200.00 (limit 220.00, noise 0.00" in lines[1]
+    assert "start ms torch / polyprof 1.00 / 3.00 (first 500.00 / 500.00), stop ms 2.00 / 6.00" in lines[1]
     assert lines[2] == "compiled: skipped: no Triton"
     assert "torch: KeyError: x" in lines[3] and "streams [7]" in lines[3]
     assert lines[4].startswith("soak: 600 steps, 100 traces in 300 s, 0 without CUDA rows")
@@ -386,6 +438,8 @@ def test_child_runs_both_profilers_on_the_cpu_and_they_agree(child, tmp_path):
         )
     for which, run in runs.items():
         assert len(run["summaries"]) == 2 and len(run["overhead"]["profiled_s"]) == 2, which
+        timed = run["overhead"]
+        assert len(timed["start_s"]) == len(timed["stop_s"]) == 2 and timed["first_start_s"] > 0, which
         assert run["trace_rows"]["profiler_steps"] == 3, which  # the active steps, in the exported trace
         assert Path(run["trace"]).is_file() and Path(run["trace"]).parent.name == f"{which}_item_sync"
     s = gc.summarize_comparison("item_sync", runs)
@@ -394,6 +448,9 @@ def test_child_runs_both_profilers_on_the_cpu_and_they_agree(child, tmp_path):
     assert gc.counter_mismatches(runs["polyprof"]["summaries"][-1]["op_counts"],
                                  runs["torch"]["summaries"][-1]["op_counts"]) == {}  # fmt: skip
     assert s["overhead_ratio"]["torch"] > 0 and s["overhead_ratio"]["polyprof"] > 0
+    assert set(s["added_ms"]) == set(s["start_ms"]) == set(s["stop_ms"]) == set(gc.PROFILERS)
+    assert s["added_limit_ms"] >= 1.1 * max(s["added_ms"]["torch"], 0.0)
+    assert len(gc.format_results([json.dumps(gc._finite(s))])) == 1
     assert "aten::item" in runs["polyprof"]["summaries"][-1]["op_counts"]
     assert not runs["polyprof"]["warnings"], runs["polyprof"]["warnings"]
 

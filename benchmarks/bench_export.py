@@ -12,31 +12,41 @@ same recording twice:
 
 torch's export is ``prof.export_chrome_trace`` of ``torch.profiler.profile``
 (Kineto's C++ writer; torch's post-processing ran at the end of the
-with-block, and it writes a result only once, so one export stands for both). Ratios are torch / polyprof:
-above 1 means polyprof is faster. ``--shapes`` records with
-``record_shapes=True`` (every op then carries Kineto's args).
+with-block, and it writes a result only once, so one export stands for both). The printed ratios are
+torch / polyprof: above 1 means polyprof is faster; the JSON also has polyprof / torch
+(``fresh_of_torch``, ``warm_of_torch``: the share of torch's time polyprof takes), the median of the
+per-round ratios. ``--shapes`` records with ``record_shapes=True`` (every op then carries Kineto's args).
+
+The children run round by round: in each round, for each ``--cpus`` set (``taskset -c``; none: every
+CPU), a torch child and a polyprof child, one after the other (their order alternates by round), so
+background load hits both alike. Every child's numbers are kept in the JSON.
 
 Usage: python benchmarks/bench_export.py [--sizes convnet,50000,200000] [--reps 3] [--shapes]
-       [--json out.json]
+       [--cpus 0 --cpus 0,1] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
 
 from child_workloads import WORKLOADS
 
-CHILD = r"""
+CHILD = (
+    r"""
 import json, os, sys, tempfile, time
 import torch
 torch.set_num_threads(1)
 which, workload, n_ops, shapes = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
-""" + WORKLOADS + r"""
+"""
+    + WORKLOADS
+    + r"""
 folder = tempfile.mkdtemp()
 # warm-up: one-time initialisation of torch and of the profiler, an export included
 with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as warm:
@@ -55,14 +65,19 @@ events = len(json.load(open(path))["traceEvents"])
 print(json.dumps({"fresh_s": times[0], "warm_s": times[-1], "trace_events": events,
                   "trace_bytes": os.path.getsize(path)}))
 """
+)
 
 
-def run_child(which: str, workload: str, n: int, shapes: bool, pythonpath: str | None = None) -> dict:
+def run_child(
+    which: str, workload: str, n: int, shapes: bool, pythonpath: str | None = None, cpus: str | None = None
+) -> dict:
     env = dict(os.environ, KINETO_LOG_LEVEL="5")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # import from bytecode, as installed packages do
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
+    pin = ["taskset", "-c", cpus] if cpus else []
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, which, workload, str(n), "1" if shapes else "0"],
+        [*pin, sys.executable, "-c", CHILD, which, workload, str(n), "1" if shapes else "0"],
         capture_output=True,
         text=True,
         env=env,
@@ -71,6 +86,18 @@ def run_child(which: str, workload: str, n: int, shapes: bool, pythonpath: str |
     if out.returncode != 0:
         raise RuntimeError(f"{which}/{workload}/{n} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _median_ratio(ours: list[float], theirs: list[float]) -> float:
+    return statistics.median(o / t for o, t in zip(ours, theirs, strict=True))
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return platform.processor()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also run polyprof from this source tree (folders core and plugins, e.g. from "
         "`git archive`), as the 'before' columns",
     )
+    parser.add_argument(
+        "--cpus",
+        action="append",
+        metavar="LIST",
+        help="run the children pinned to these CPUs (taskset -c LIST); repeat for several sets",
+    )
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args(argv)
     results = []
@@ -91,47 +124,78 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline:
         root = os.path.abspath(args.baseline)
         baseline_path = os.pathsep.join(os.path.join(root, part) for part in ("core", "plugins"))
-    head = f"{'workload':>10} {'torch s':>9} {'fresh s':>9} {'warm s':>9} {'fresh ratio':>12}"
+    load_before = os.getloadavg()
+    head = f"{'workload':>10} {'cpus':>6} {'torch s':>9} {'fresh s':>9} {'warm s':>9} {'fresh ratio':>12}"
     head += f" {'warm ratio':>11}"
     if baseline_path:
         head += f" {'before fresh':>13} {'before warm':>12} {'ratio':>6} {'ratio':>6}"
     print(head)
     for size in args.sizes.split(","):
         workload, n = ("convnet", args.steps) if size == "convnet" else ("tiny", int(size))
-        torch_runs = [run_child("torch", workload, n, args.shapes) for _ in range(args.reps)]
-        poly_runs = [run_child("polyprof", workload, n, args.shapes) for _ in range(args.reps)]
-        torch_s = statistics.median(r["fresh_s"] for r in torch_runs)
-        fresh_s = statistics.median(r["fresh_s"] for r in poly_runs)
-        warm_s = statistics.median(r["warm_s"] for r in poly_runs)
-        row = {
-            "workload": size,
-            "shapes": args.shapes,
-            "trace_events": poly_runs[0]["trace_events"],
-            "torch_s": torch_s,
-            "polyprof_fresh_s": fresh_s,
-            "polyprof_warm_s": warm_s,
-            "ratio_fresh": torch_s / fresh_s,
-            "ratio_warm": torch_s / warm_s,
+        runs: dict[str | None, dict[str, list[dict]]] = {
+            cpus: {"torch": [], "polyprof": [], "before": []} for cpus in args.cpus or [None]
         }
-        line = (
-            f"{size:>10} {torch_s:9.4f} {fresh_s:9.4f} {warm_s:9.4f} "
-            f"{row['ratio_fresh']:12.2f} {row['ratio_warm']:11.2f}"
-        )
-        if baseline_path:
-            before = [
-                run_child("polyprof", workload, n, args.shapes, baseline_path) for _ in range(args.reps)
-            ]
-            row["before_fresh_s"] = statistics.median(r["fresh_s"] for r in before)
-            row["before_warm_s"] = statistics.median(r["warm_s"] for r in before)
-            line += (
-                f" {row['before_fresh_s']:13.4f} {row['before_warm_s']:12.4f}"
-                f" {torch_s / row['before_fresh_s']:6.2f} {torch_s / row['before_warm_s']:6.2f}"
+        for rep in range(args.reps):
+            for cpus, by_profiler in runs.items():
+                order = ["torch", "polyprof"] if rep % 2 == 0 else ["polyprof", "torch"]
+                if baseline_path:
+                    order.append("before")
+                for which in order:
+                    path = baseline_path if which == "before" else None
+                    profiler = "torch" if which == "torch" else "polyprof"
+                    by_profiler[which].append(run_child(profiler, workload, n, args.shapes, path, cpus))
+        for cpus, by_profiler in runs.items():
+            torch_runs, poly_runs = by_profiler["torch"], by_profiler["polyprof"]
+            torch_times = [r["fresh_s"] for r in torch_runs]
+            torch_s = statistics.median(torch_times)
+            fresh_s = statistics.median(r["fresh_s"] for r in poly_runs)
+            warm_s = statistics.median(r["warm_s"] for r in poly_runs)
+            row = {
+                "workload": size,
+                "cpus": cpus or "all",
+                "shapes": args.shapes,
+                "trace_events": poly_runs[0]["trace_events"],
+                "torch_s": torch_s,
+                "polyprof_fresh_s": fresh_s,
+                "polyprof_warm_s": warm_s,
+                "ratio_fresh": torch_s / fresh_s,
+                "ratio_warm": torch_s / warm_s,
+                "fresh_of_torch": _median_ratio([r["fresh_s"] for r in poly_runs], torch_times),
+                "warm_of_torch": _median_ratio([r["warm_s"] for r in poly_runs], torch_times),
+                "children": {which: found for which, found in by_profiler.items() if found},
+            }
+            line = (
+                f"{size:>10} {cpus or 'all':>6} {torch_s:9.4f} {fresh_s:9.4f} {warm_s:9.4f} "
+                f"{row['ratio_fresh']:12.2f} {row['ratio_warm']:11.2f}"
             )
-        results.append(row)
-        print(line, flush=True)
+            if baseline_path:
+                before = by_profiler["before"]
+                row["before_fresh_s"] = statistics.median(r["fresh_s"] for r in before)
+                row["before_warm_s"] = statistics.median(r["warm_s"] for r in before)
+                line += (
+                    f" {row['before_fresh_s']:13.4f} {row['before_warm_s']:12.4f}"
+                    f" {torch_s / row['before_fresh_s']:6.2f} {torch_s / row['before_warm_s']:6.2f}"
+                )
+            results.append(row)
+            print(line, flush=True)
     if args.json:
+        import torch
+
+        meta = {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+            ).stdout.strip(),
+            "argv": sys.argv[1:] if argv is None else argv,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "cpu_model": _cpu_model(),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+        }
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+            json.dump({"meta": meta, "results": results}, f, indent=1)
     return 0
 
 

@@ -20,20 +20,37 @@ Reports seconds and peak memory (the sum of the RSS of the process and its child
 ratios. ``--hta-memory-cap GB`` stops HTA when its tree passes that much (so a run HTA cannot hold is
 recorded as such instead of exhausting the machine). ``--gzip`` writes the traces as ``.json.gz``.
 
+``--convert-only`` times ``polyprof convert`` alone, as seconds per rank (the whole command, its start
+and imports included, divided by the ranks), ``--reps`` times for each variant and each ``--cpus`` set
+(``taskset -c``), all interleaved so that background load hits each alike:
+
+* ``compiled``: this checkout, the compiled column builder (``POLYPROF_COLUMN_BUILDER=native``; built
+  before the first timed run);
+* ``python``: this checkout, the Python builder (``POLYPROF_COLUMN_BUILDER=python``);
+* ``baseline``: the source tree ``--baseline DIR`` (its ``core`` and ``plugins``, e.g. from ``git
+  archive``), as it converts.
+
+Every variant's Parquet files are checked to be byte for byte the same as the first variant's.
+
 Usage:
     python benchmarks/bench_ranks.py --ranks 64 --events 200000 --json out.json
     python benchmarks/bench_ranks.py --ranks 256 --events 200000 --gzip --hta-memory-cap 20
+    mkdir /tmp/base && git archive HEAD core plugins | tar -x -C /tmp/base
+    python benchmarks/bench_ranks.py --ranks 16 --events 200000 --convert-only --reps 3 \
+        --cpus 0 --cpus 0,1 --baseline /tmp/base --json out.json
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import filecmp
 import gzip
 import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -230,6 +247,81 @@ def run_measured(cmd: list[str], cap_bytes: float | None = None) -> dict[str, An
     return result
 
 
+CONVERT_VARIANTS = ("compiled", "python", "baseline")
+
+
+def convert_command(variant: str, baseline: str | None, traces: str, out: str) -> tuple[list[str], dict]:
+    """The ``polyprof convert`` command line and environment of one variant."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # import from bytecode, as installed packages do
+    if variant == "baseline":
+        if baseline is None:
+            raise SystemExit("the baseline variant needs --baseline DIR")
+        root = os.path.abspath(baseline)
+        paths = [os.path.join(root, "core"), os.path.join(root, "plugins"), env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    else:
+        env["POLYPROF_COLUMN_BUILDER"] = "native" if variant == "compiled" else "python"
+    return [sys.executable, "-m", "polyprof", "convert", traces, "-o", out, "--to", "parquet"], env
+
+
+def time_converts(args: argparse.Namespace, traces: str, work: str) -> dict[str, Any]:
+    """``--convert-only``: each variant under each CPU set, ``--reps`` rounds, interleaved."""
+    variants = args.variants.split(",")
+    cpu_sets = args.cpus or [None]
+    outputs = {variant: os.path.join(work, f"parquet-{variant}") for variant in variants}
+    # one untimed run of each: builds the compiled builder, fills the page cache, checks the outputs
+    for variant in variants:
+        command, env = convert_command(variant, args.baseline, traces, outputs[variant])
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{variant} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    first = variants[0]
+    names = sorted(os.listdir(outputs[first]))
+    for variant in variants[1:]:
+        if sorted(os.listdir(outputs[variant])) != names:
+            raise RuntimeError(f"{variant} wrote other files than {first}")
+        _, mismatch, errors = filecmp.cmpfiles(outputs[first], outputs[variant], names, shallow=False)
+        if mismatch or errors:
+            raise RuntimeError(f"{variant}'s Parquet files differ from {first}'s: {mismatch + errors}")
+    seconds: dict[str, dict[str, list[float]]] = {
+        cpus or "all": {variant: [] for variant in variants} for cpus in cpu_sets
+    }
+    for rep in range(args.reps):
+        for cpus in cpu_sets:
+            for variant in variants:
+                shutil.rmtree(outputs[variant], ignore_errors=True)
+                command, env = convert_command(variant, args.baseline, traces, outputs[variant])
+                if cpus is not None:
+                    command = ["taskset", "-c", cpus, *command]
+                started = time.perf_counter()
+                done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+                elapsed = time.perf_counter() - started
+                if done.returncode != 0:
+                    raise RuntimeError(f"{variant} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+                seconds[cpus or "all"][variant].append(elapsed)
+                print(
+                    f"round {rep + 1}, cpus {cpus or 'all'}, {variant}: {elapsed:.2f} s, "
+                    f"{elapsed / args.ranks:.3f} s a rank",
+                    flush=True,
+                )
+    summary: dict[str, Any] = {}
+    for cpus, by_variant in seconds.items():
+        medians = {variant: statistics.median(times) for variant, times in by_variant.items()}
+        summary[cpus] = {
+            "seconds": by_variant,
+            "median_s": medians,
+            "median_s_per_rank": {variant: m / args.ranks for variant, m in medians.items()},
+            "per_round_ratio_to_first": {
+                variant: [t / f for t, f in zip(times, by_variant[first], strict=True)]
+                for variant, times in by_variant.items()
+            },
+        }
+        line = ", ".join(f"{variant} {m / args.ranks:.3f}" for variant, m in medians.items())
+        print(f"cpus {cpus}: median s a rank: {line}", flush=True)
+    return summary
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=64)
@@ -243,7 +335,25 @@ def main(argv: list[str]) -> int:
         "--workdir", default=None, help="where the traces go (default: a temporary directory)"
     )
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--convert-only", action="store_true", help="time polyprof convert alone")
+    parser.add_argument("--reps", type=int, default=3, help="--convert-only: rounds of each variant")
+    parser.add_argument(
+        "--variants",
+        default="compiled,python",
+        help=f"--convert-only: comma-separated, of {', '.join(CONVERT_VARIANTS)} (the first: reference)",
+    )
+    parser.add_argument(
+        "--baseline", metavar="DIR", help="--convert-only: the baseline variant's source tree"
+    )
+    parser.add_argument(
+        "--cpus",
+        action="append",
+        metavar="LIST",
+        help="--convert-only: run pinned to these CPUs (taskset -c LIST); repeat for several sets",
+    )
     args = parser.parse_args(argv)
+    if args.baseline and "baseline" not in args.variants.split(","):
+        args.variants += ",baseline"
 
     work = args.workdir or tempfile.mkdtemp(prefix="polyprof-bench-ranks-")
     traces, parquet = os.path.join(work, "traces"), os.path.join(work, "parquet")
@@ -256,6 +366,9 @@ def main(argv: list[str]) -> int:
         gigabytes = results["trace_bytes"] / 1e9
         print(f"made {args.ranks} ranks, {results['events_total']:,} events, {gigabytes:.2f} GB", flush=True)
         polyprof = [sys.executable, "-m", "polyprof"]
+        if args.convert_only:
+            results["convert_per_rank"] = time_converts(args, traces, work)
+            return _write_results(args, results)
         results["convert"] = run_measured([*polyprof, "convert", traces, "-o", parquet, "--to", "parquet"])
         print("convert", {k: v for k, v in results["convert"].items() if "tail" not in k}, flush=True)
         results["parquet_bytes"] = sum(os.path.getsize(os.path.join(parquet, n)) for n in os.listdir(parquet))
@@ -286,6 +399,10 @@ def main(argv: list[str]) -> int:
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
+    return _write_results(args, results)
+
+
+def _write_results(args: argparse.Namespace, results: dict[str, Any]) -> int:
     if args.json:
         import duckdb
         import pyarrow
@@ -298,6 +415,8 @@ def main(argv: list[str]) -> int:
             "args": vars(args),
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
+            "cpu_model": _cpu_model(),
+            "load_average": os.getloadavg(),
             "memory_gb": psutil.virtual_memory().total / 2**30,
             "duckdb": duckdb.__version__,
             "pyarrow": pyarrow.__version__,
@@ -305,6 +424,14 @@ def main(argv: list[str]) -> int:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     return 0
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return platform.processor()
 
 
 if __name__ == "__main__":

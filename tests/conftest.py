@@ -56,6 +56,7 @@ PLUGIN_HOST_FILES = (
 #: (nvidia-ml-py among their needs). The floors run installs all of these at their floors.
 OPTIONAL_EXTRAS_PATHS = (
     "tests/test_columnar.py",
+    "tests/test_native_columns.py",
     "tests/test_rank_report.py",
     "tests/test_merge.py",
     "tests/test_rank_ray.py",

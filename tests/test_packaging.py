@@ -283,6 +283,9 @@ def test_wheel_contents(wheel_venv):
         assert f"polyprof/{module}.py" in names
     assert "polyprof_builtins/__init__.py" in names
     assert {"polyprof/py.typed", "polyprof_builtins/py.typed"} <= names
+    # the compiled modules' sources: they are built where polyprof runs (native_reader, native_columns)
+    sources = ("kineto_reader", "chrome_lines", "chrome_columns")
+    assert {f"polyprof/native/{name}.cpp" for name in sources} <= names
     assert not any(n.startswith(("core/", "plugins/", "tests/", "docs/")) for n in names)
     assert "[polyprof]" in entry_text and "polyprof = polyprof.cli:main" in entry_text
     for name, module in BUILTIN_PLUGINS.items():

@@ -74,9 +74,11 @@ __all__ = [
     "MAX_BYTES_ENV",
     "StdlibParsedDocument",
     "TraceFileError",
+    "document_from_bytes",
     "load_chrome_trace",
     "max_bytes_from_env",
     "read_chrome_trace",
+    "read_trace_bytes",
     "trace_from_chrome",
     "us_to_ns",
 ]
@@ -187,7 +189,7 @@ def _read_bytes(path: str, limit: int) -> tuple[bytearray, bool]:
                 f.seek(0)
                 return _gunzip(path, f, max(info.st_size, 1), limit), True
             f.seek(0)
-            return _read_capped(path, f, limit, "the file holds"), False
+            return _read_capped(path, f, limit, "the file holds", expected_size=info.st_size), False
     except FileNotFoundError:
         raise TraceFileError(path, "no such file") from None
     except IsADirectoryError:
@@ -198,9 +200,16 @@ def _read_bytes(path: str, limit: int) -> tuple[bytearray, bool]:
         raise TraceFileError(path, f"cannot read the file ({exc.strerror or exc})") from None
 
 
-def _read_capped(path: str, stream: Any, limit: int, what: str, compressed_size: int = 0) -> bytearray:
-    data = bytearray()
-    while chunk := stream.read(_CHUNK):
+def _read_capped(
+    path: str, stream: Any, limit: int, what: str, compressed_size: int = 0, expected_size: int = 0
+) -> bytearray:
+    data = bytearray(expected_size)  # read in place: appending chunks copies the bytes again
+    got = 0
+    with memoryview(data) as view:
+        while got < expected_size and (count := stream.readinto(view[got:])):
+            got += count
+    del data[got:]  # the file shrank since its size was read
+    while chunk := stream.read(_CHUNK):  # or grew
         data += chunk
         if len(data) > limit:
             raise TraceFileError(path, _too_big(what, limit))
@@ -282,12 +291,27 @@ def load_chrome_trace(path: str | os.PathLike[str], *, max_bytes: int | None = N
     JSON that is not a trace.
     """
     path = os.fspath(path)
+    holder = [read_trace_bytes(path, max_bytes=max_bytes)]
+    return document_from_bytes(path, holder)
+
+
+def read_trace_bytes(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> bytearray:
+    """The JSON bytes of a trace file (gzip data decompressed), checked as ``load_chrome_trace`` does
+    before it parses: a regular file, within ``max_bytes``, not empty."""
+    path = os.fspath(path)
     limit = max_bytes_from_env() if max_bytes is None else max_bytes
     data, compressed = _read_bytes(path, limit)
     if not data or data.isspace():  # isspace: no copy, unlike strip()
         raise TraceFileError(path, "the compressed file holds no data" if compressed else "the file is empty")
-    doc = _parse_json(path, data)
-    del data  # the parsed document takes several times its size
+    return data
+
+
+def document_from_bytes(path: str, holder: list[bytearray]) -> dict[str, Any]:
+    """The Chrome trace document of the bytes ``read_trace_bytes`` gave, which ``holder`` holds alone
+    and gives up (emptied) once they are parsed, since the document takes several times their size.
+    ``TraceFileError`` naming ``path`` as ``load_chrome_trace`` raises them."""
+    doc = _parse_json(path, holder[0])
+    holder.clear()
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict):

@@ -24,9 +24,12 @@ from polyprof.chrome_reader import TraceFileError
 from polyprof.columnar import (
     COMPRESSIONS,
     DEFAULT_COMPRESSION,
+    is_parquet_path,
+    json_trace_table,
     pyarrow_modules,
     read_trace_document,
     write_json_trace,
+    write_parquet_table,
     write_parquet_trace,
 )
 from polyprof.errors import PolyprofError
@@ -68,6 +71,9 @@ def convert_file(source: str, destination: str, *, compression: str = DEFAULT_CO
     if os.path.abspath(source) == os.path.abspath(destination):
         raise ConvertUsageError(f"{source!r} would be converted onto itself; give another destination")
     target = target_format_of(destination)
+    if target == "parquet" and not is_parquet_path(source):
+        # JSON to Parquet: the columns straight from the file's bytes where the compiled builder can
+        return write_parquet_table(json_trace_table(source), destination, compression=compression)
     if target == "parquet":
         pyarrow_modules()  # before reading gigabytes of JSON
     doc = read_trace_document(source)

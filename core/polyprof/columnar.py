@@ -50,9 +50,19 @@ from typing import Any
 
 import orjson
 
-from polyprof.chrome_reader import StdlibParsedDocument, TraceFileError, load_chrome_trace
+from polyprof import native_columns
+from polyprof.chrome_reader import (
+    StdlibParsedDocument,
+    TraceFileError,
+    document_from_bytes,
+    load_chrome_trace,
+    read_trace_bytes,
+)
 from polyprof.errors import PolyprofError
 from polyprof.fileio import atomic_writer, check_writable_path
+from polyprof.log import get_logger
+
+log = get_logger(__name__)
 
 #: The value of ``polyprof.format`` in the files' metadata; bumped when a column changes meaning.
 FORMAT = "polyprof-chrome-columns/1"
@@ -239,20 +249,104 @@ def table_from_chrome(doc: Mapping[str, Any]) -> Any:
     events = doc.get("traceEvents", [])
     if not isinstance(events, list):
         raise ValueError(f"traceEvents is not a list but {type(events).__name__}")
+    dumps = _encoder_for(doc)
+    columns = _columns_of(events, dumps, stdlib_parsed=dumps is _stdlib_text)
+    return _with_top_level(pa, pa.Table.from_pydict(columns, schema=_schema(pa)), doc, dumps)
+
+
+def _with_top_level(pa: Any, table: Any, doc: Mapping[str, Any], dumps: Callable[[Any], str]) -> Any:
+    """``table`` with the metadata of ``doc``'s other top-level keys (``traceEvents`` is not read)."""
     keys = list(doc)
     top_level = {key: value for key, value in doc.items() if key != "traceEvents"}
     position = keys.index("traceEvents") if "traceEvents" in doc else len(keys)
-    dumps = _encoder_for(doc)
-    columns = _columns_of(events, dumps, stdlib_parsed=dumps is _stdlib_text)
-    schema = _schema(pa).with_metadata(
-        {
-            FORMAT_KEY: FORMAT.encode(),
-            TOP_LEVEL_KEY: dumps(top_level).encode(),
-            EVENTS_POSITION_KEY: str(position).encode(),
-            **_rank_facts(top_level),
-        }
-    )
-    return pa.Table.from_pydict(columns, schema=schema)
+    metadata = {
+        FORMAT_KEY: FORMAT.encode(),
+        TOP_LEVEL_KEY: dumps(top_level).encode(),
+        EVENTS_POSITION_KEY: str(position).encode(),
+        **_rank_facts(top_level),
+    }
+    return table.replace_schema_metadata(metadata)
+
+
+#: The most bytes of text one chunk of an Arrow string column holds (its offsets are int32).
+_MAX_STRING_CHUNK = 2**31 - 1
+#: The Arrow type of each number column, as ``native_columns`` gives them.
+_NUMBER_TYPES = {"pid": "int64", "tid": "int64", "id": "int64", "ts": "float64", "dur": "float64"}
+
+
+def _native_array(pa: Any, name: str, rows: int, part: tuple[Any, ...]) -> Any:
+    kind = _NUMBER_TYPES.get(name)
+    if kind is not None:
+        values, validity, nulls = part
+        buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(values)]
+        return pa.Array.from_buffers(getattr(pa, kind)(), rows, buffers, nulls)
+    offsets, data, validity, nulls, wide = part
+    buffers = [
+        None if validity is None else pa.py_buffer(validity),
+        pa.py_buffer(offsets),
+        pa.py_buffer(data),
+    ]
+    if not wide:
+        return pa.Array.from_buffers(pa.string(), rows, buffers, nulls)
+    # more than 2 GiB of text in one column: string chunks, each under 2 GiB, as pyarrow makes them
+    import numpy as np
+
+    array = pa.Array.from_buffers(pa.large_string(), rows, buffers, nulls)
+    ends = np.frombuffer(offsets, dtype=np.int64)
+    chunks, start = [], 0
+    while start < rows:
+        stop = int(np.searchsorted(ends, ends[start] + _MAX_STRING_CHUNK, side="right")) - 1
+        stop = max(stop, start + 1)
+        chunks.append(array.slice(start, stop - start).cast(pa.string()))
+        start = stop
+    return pa.chunked_array(chunks, type=pa.string())
+
+
+def _native_table(module: Any, data: bytes | bytearray) -> Any | None:
+    """The table of a trace's JSON bytes by the compiled builder, or None where it refuses them.
+
+    The builder gives the events' columns and where ``traceEvents`` lies; the top-level keys are
+    parsed by orjson from the bytes with ``traceEvents`` emptied, which also checks those bytes
+    as ``orjson.loads`` of the whole file would.
+    """
+    pa, _ = pyarrow_modules()
+    found = module.columns(data)
+    if isinstance(found, str):
+        log.debug("chrome_columns_refused", reason=found)
+        return None
+    rows, begin, end, parts = found
+    try:
+        outer = orjson.loads(bytes(data[:begin]) + b"[]" + bytes(data[end:]))
+    except orjson.JSONDecodeError:
+        return None  # invalid outside the events, or what only Python's parser reads
+    if type(outer) is list:
+        outer = {"traceEvents": outer}
+    if type(outer) is not dict or outer.get("traceEvents") != []:
+        return None
+    arrays = [_native_array(pa, name, rows, part) for name, part in zip(COLUMNS, parts, strict=True)]
+    return _with_top_level(pa, pa.Table.from_arrays(arrays, schema=_schema(pa)), outer, _orjson_text)
+
+
+def json_trace_table(path: str | os.PathLike[str]) -> Any:
+    """The Arrow table of a Chrome trace JSON file (``.json`` or ``.json.gz``): ``table_from_chrome``
+    of its document, built from its bytes by the compiled builder (``polyprof.native_columns``)
+    where there is one, else from the document orjson parses.
+
+    :raises TraceFileError: the file is not a readable Chrome trace (one line, naming it).
+    """
+    path = os.fspath(path)
+    pyarrow_modules()  # before reading gigabytes of JSON
+    holder = [read_trace_bytes(path)]
+    module = native_columns.builder()
+    if module is not None:
+        table = _native_table(module, holder[0])
+        if table is not None:
+            return table
+    doc = document_from_bytes(path, holder)
+    try:
+        return table_from_chrome(doc)
+    except (ValueError, TypeError) as exc:  # an event not an object, nesting orjson cannot write, ...
+        raise TraceFileError(path, f"not a Chrome trace: {exc}") from exc
 
 
 def top_level_of(metadata: dict[bytes, bytes]) -> dict[str, Any]:
@@ -422,6 +516,7 @@ __all__ = [
     "chrome_from_table",
     "is_json_trace_path",
     "is_parquet_path",
+    "json_trace_table",
     "pyarrow_modules",
     "read_parquet_table",
     "read_trace_document",

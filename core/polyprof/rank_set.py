@@ -36,10 +36,10 @@ from polyprof.columnar import (
     FORMAT,
     FORMAT_KEY,
     is_parquet_path,
+    json_trace_table,
     pyarrow_modules,
-    read_trace_document,
     top_level_of,
-    write_parquet_trace,
+    write_parquet_table,
 )
 from polyprof.errors import PolyprofError
 
@@ -130,11 +130,9 @@ def _as_parquet(source: str, parquet_dir: str, taken: set[str]) -> str:
         n += 1
         target = os.path.join(parquet_dir, f"{stem}.{n}.parquet")
     taken.add(target)
-    doc = read_trace_document(source)
-    try:
-        return write_parquet_trace(doc, target)
-    except (ValueError, TypeError) as exc:  # traceEvents not a list, an event not an object, ...
-        raise TraceFileError(source, f"not a Chrome trace: {exc}") from exc
+    # as polyprof convert does: the compiled column builder where it is built (TraceFileError naming
+    # the source where the file is not a Chrome trace)
+    return write_parquet_table(json_trace_table(source), target)
 
 
 def _read_one(source: str, parquet_dir: str, taken: set[str]) -> RankTrace:

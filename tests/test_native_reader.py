@@ -290,6 +290,64 @@ def test_a_failed_build_is_remembered_and_auto_falls_back_to_python(
     assert "aten::add_" in prof.key_averages().table()
 
 
+def _fake_compiler(monkeypatch: pytest.MonkeyPatch, *, fails: bool = False) -> list[dict[str, Any]]:
+    """Replace the compiler: it notes where it built and whether the cache's build lock was free."""
+    import fcntl
+
+    builds: list[dict[str, Any]] = []
+    suffix = native_reader.sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+
+    def compile_(spec: Any, folder: Path) -> None:
+        cache = native_reader.BuildSpec.for_installed_torch().folder()
+        with open(cache / native_reader.BUILD_LOCK, "a+b") as other:
+            try:
+                fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                lock_free = True
+            except BlockingIOError:
+                lock_free = False
+        builds.append({"folder": folder, "lock_free": lock_free})
+        if fails:
+            raise RuntimeError("no compiler")
+        (folder / f"{native_reader.MODULE_NAME}{suffix}").write_bytes(b"fake module")
+
+    class Module:
+        @staticmethod
+        def field_names() -> list[str]:
+            return ["start_ns", "end_ns", "start_thread_id"]
+
+    monkeypatch.setattr(native_reader, "_compile", compile_)
+    monkeypatch.setattr(native_reader, "_load", lambda folder: Module())
+    return builds
+
+
+@pytest.mark.skipif(native_reader.fcntl is None, reason="needs flock")
+def test_the_background_build_compiles_aside_without_the_lock_a_waiting_build_needs(
+    empty_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It runs at idle priority: a build someone waits for must never wait for it to get a core."""
+    builds = _fake_compiler(monkeypatch)
+    state = native_reader.build(aside=True)
+    assert state.built
+    [built] = builds
+    assert built["folder"] != state.folder and built["lock_free"]
+    assert not built["folder"].exists(), "the build's own folder was left behind"
+    assert native_reader._module_file(state.folder) is not None
+
+
+@pytest.mark.skipif(native_reader.fcntl is None, reason="needs flock")
+def test_a_build_someone_waits_for_holds_the_lock_and_an_aside_failure_is_remembered(
+    empty_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    builds = _fake_compiler(monkeypatch, fails=True)
+    state = native_reader.build(aside=True)
+    assert not state.built and "no compiler" in (state.failure or "")
+    assert (state.folder / native_reader.FAILED_MARKER).is_file()
+    assert not builds[0]["folder"].exists()
+    builds = _fake_compiler(monkeypatch)
+    assert native_reader.build(force=True).built
+    assert builds[0]["folder"] == state.folder and not builds[0]["lock_free"]
+
+
 def test_an_unwritable_cache_is_a_reason_not_a_crash(
     empty_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

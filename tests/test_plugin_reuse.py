@@ -188,8 +188,8 @@ def test_a_warning_filter_of_the_caller_still_applies_to_given_again_warnings(si
         warnings.simplefilter("ignore", PolyprofWarning)
         shared_plugin_manager()
         shared_plugin_manager()
+        assert registry.shared_plugin_manager() is registry.shared_plugin_manager()
     assert not [w for w in caught if issubclass(w.category, PolyprofWarning)]
-    assert registry.shared_plugin_manager() is registry.shared_plugin_manager()
 
 
 def test_the_shared_manager_lets_go_of_each_sessions_components() -> None:

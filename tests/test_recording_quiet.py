@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -23,6 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import polyprof  # noqa: E402
+from polyprof.events import EventKind  # noqa: E402
 
 TASKS = Path("/proc/self/task")
 #: The most wake-ups a second any polyprof thread may have while a profile records.
@@ -86,6 +88,43 @@ def test_no_polyprof_thread_wakes_more_than_ten_times_a_second_while_recording_c
     assert any(name.startswith("polyprof-bus") for name in wakeups), f"no bus thread among {sorted(wakeups)}"
     busy = {name: n for name, n in wakeups.items() if n > MOST_WAKEUPS_PER_S * elapsed}
     assert not busy, f"threads that woke more than {MOST_WAKEUPS_PER_S}/s over {elapsed:.2f} s: {busy}"
+
+
+def _fake_nvml() -> types.ModuleType:
+    """The slice of pynvml polyprof-cuda's sampler calls, answering at once for one device."""
+    nvml = types.ModuleType("pynvml")
+    reading = types.SimpleNamespace(gpu=50, used=2**30)
+    for name, answer in {
+        "nvmlInit": None,
+        "nvmlShutdown": None,
+        "nvmlDeviceGetCount": 1,
+        "nvmlDeviceGetHandleByIndex": "handle",
+        "nvmlDeviceGetHandleByUUID": "handle",
+        "nvmlDeviceGetUtilizationRates": reading,
+        "nvmlDeviceGetMemoryInfo": reading,
+        "nvmlDeviceGetPowerUsage": 100_000,
+        "nvmlDeviceGetClockInfo": 1_500,
+    }.items():
+        setattr(nvml, name, lambda *args, _answer=answer: _answer)
+    nvml.NVML_CLOCK_SM = 1
+    return nvml
+
+
+@pytest.mark.skipif(not TASKS.is_dir(), reason="wake-ups are counted from Linux's /proc")
+def test_with_gpu_counters_sampled_only_the_sampler_wakes_and_at_its_interval(
+    gpu_present: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The NVML sampler hands its samples over while recording; nothing else wakes for them."""
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml())
+    monkeypatch.setenv("POLYPROF_CUDA_NVML_INTERVAL_MS", "200")
+    monkeypatch.setattr("polyprof_cuda.nvml.HANDOVER_PERIOD_S", 0.1)  # several hand-overs in the window
+    wakeups, elapsed, prof = _wakeups_while_recording(gpu_present)
+    sampler = {name: n for name, n in wakeups.items() if name.startswith("polyprof-nvml-sampler")}
+    assert sampler, f"no sampler thread among {sorted(wakeups)}"
+    busy = {name: n for name, n in wakeups.items() if n > MOST_WAKEUPS_PER_S * elapsed}
+    assert not busy, f"threads that woke more than {MOST_WAKEUPS_PER_S}/s over {elapsed:.2f} s: {busy}"
+    counters = int((prof.trace.events["kind"] == int(EventKind.COUNTER)).sum())
+    assert counters > 0, "the sampler's samples did not reach the trace"
 
 
 def test_no_polyprof_python_runs_on_the_programs_thread_while_recording_cuda(gpu_present: Any) -> None:

@@ -35,7 +35,7 @@ def supported_activities() -> set[ProfilerActivity]:
 
     torch_support.import_installed()  # as torch's own function does: the plugins ask torch itself
     pm = shared_plugin_manager()
-    pm.confirm_provisional()
+    pm.refresh_capabilities()  # what each plugin can do now, as torch's function answers now
     return set(pm.supported_activities())
 
 

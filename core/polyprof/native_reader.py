@@ -34,6 +34,7 @@ import functools
 import hashlib
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -269,12 +270,17 @@ def _load(folder: Path) -> ModuleType:
     return module
 
 
-def build(*, force: bool = False) -> BuildState:
+def build(*, force: bool = False, aside: bool = False) -> BuildState:
     """Build the reader for the installed torch now (this process; ``BUILD_COST``), unless built already.
 
     A failure is written to the folder's ``failed`` marker and returned, not
-    raised. Concurrent builds of one folder wait for each other (torch's build
+    raised. Concurrent builds of one folder wait for each other (our build
     lock), so many ranks starting at once build it once.
+
+    :param aside: compile in a folder of this process's own, without the lock, and take the
+        lock only to put the module in place (the background build: it runs at idle priority,
+        and a build someone waits for, ``native`` or ``polyprof kineto-reader build``, must
+        never wait for it to get a core).
     """
     spec = BuildSpec.for_installed_torch()
     state = BuildState.of(spec)
@@ -288,32 +294,51 @@ def build(*, force: bool = False) -> BuildState:
         reason = f"the cache folder {folder} is not writable ({_one_line(exc)}); set {CACHE_VARIABLE}"
         log.warning("kineto_reader_build_failed", folder=str(folder), reason=reason)
         return BuildState(folder, built=False, failure=reason)
-    with lock:
-        # Our own lock, released by the kernel if a builder dies: torch's builder waits for ever
-        # on a lock file a killed build left behind, so that file is removed while we hold ours.
-        if fcntl is not None:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        state = BuildState.of(spec)
-        if state.built and not force:
-            return state  # another process built it while this one waited
-        for leftover in (FAILED_MARKER, BUILT_MARKER, TORCH_BUILD_LOCK):
-            with contextlib.suppress(FileNotFoundError):
-                (folder / leftover).unlink()
-        try:
-            _compile(spec, folder)
-            module = _load(folder)
-            fields = set(module.field_names())
-            if not {"start_ns", "end_ns", "start_thread_id"} <= fields:
-                raise ImportError(f"the built module reads only {sorted(fields)}")
+    where = folder.with_name(f"{folder.name}.building-{os.getpid()}") if aside else folder
+    failure = _compile_and_check(spec, where) if aside else None
+    try:
+        with lock:
+            # Our own lock, released by the kernel if a builder dies: torch's builder waits for ever
+            # on a lock file a killed build left behind, so that file is removed while we hold ours.
+            if fcntl is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            state = BuildState.of(spec)
+            if state.built and not force:
+                return state  # another process built it meanwhile
+            for leftover in (FAILED_MARKER, BUILT_MARKER, TORCH_BUILD_LOCK):
+                with contextlib.suppress(FileNotFoundError):
+                    (folder / leftover).unlink()
+            if not aside:
+                failure = _compile_and_check(spec, folder)
+            elif failure is None:
+                built = _module_file(where)
+                assert built is not None  # _compile_and_check loaded it
+                os.replace(built, folder / built.name)
+            if failure is not None:
+                with contextlib.suppress(OSError):
+                    _write_marker(folder / FAILED_MARKER, failure)
+                log.warning("kineto_reader_build_failed", folder=str(folder), reason=failure)
+                return BuildState(folder, built=False, failure=failure)
             _write_marker(folder / BUILT_MARKER, spec.torch_version)
-        except Exception as exc:  # noqa: BLE001 - any failure (no compiler, headers, linker) is a reason
-            reason = _one_line(exc)
-            with contextlib.suppress(OSError):
-                _write_marker(folder / FAILED_MARKER, reason)
-            log.warning("kineto_reader_build_failed", folder=str(folder), reason=reason)
-            return BuildState(folder, built=False, failure=reason)
+    finally:
+        if aside:
+            shutil.rmtree(where, ignore_errors=True)
     log.info("kineto_reader_built", folder=str(folder))
     return BuildState.of(spec)
+
+
+def _compile_and_check(spec: BuildSpec, folder: Path) -> str | None:
+    """Compile the reader into ``folder`` and load it there; None, or why it failed (one line)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _compile(spec, folder)
+        module = _load(folder)
+        fields = set(module.field_names())
+        if not {"start_ns", "end_ns", "start_thread_id"} <= fields:
+            raise ImportError(f"the built module reads only {sorted(fields)}")
+    except Exception as exc:  # noqa: BLE001 - any failure (no compiler, headers, linker) is a reason
+        return _one_line(exc)
+    return None
 
 
 def _compile(spec: BuildSpec, folder: Path) -> None:
@@ -527,7 +552,7 @@ def _background_main() -> int:
     lowest_priority()  # never compete with the training job that profiled; the compilers inherit it
     import torch  # noqa: F401 - the build reads the installed torch
 
-    return 0 if build().built else 1
+    return 0 if build(aside=True).built else 1
 
 
 def describe_installed() -> dict[str, Any]:

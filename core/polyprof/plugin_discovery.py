@@ -105,20 +105,24 @@ def canonical_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def env_flag(var: str, environ: Mapping[str, str] | None = None) -> bool:
-    """Read a boolean environment variable (1/true/yes/on or 0/false/no/off)."""
+def env_flag(var: str, environ: Mapping[str, str] | None = None, *, given: list[str] | None = None) -> bool:
+    """Read a boolean environment variable (1/true/yes/on or 0/false/no/off).
+
+    :param given: where the warning about a value that is neither is also noted, to be given again.
+    """
     raw = (os.environ if environ is None else environ).get(var, "")
     value = raw.strip().lower()
     if value in _TRUE_WORDS:
         return True
     if value in _FALSE_WORDS:
         return False
-    warnings.warn(
+    message = (
         f"{var}={raw!r} is not a recognised boolean; use one of 1, true, yes, on, 0, false, no, off. "
-        "Treating it as set.",
-        PolyprofWarning,
-        stacklevel=3,
+        "Treating it as set."
     )
+    warnings.warn(message, PolyprofWarning, stacklevel=3)
+    if given is not None:
+        given.append(message)
     return True
 
 
@@ -274,6 +278,8 @@ def installed_distributions_key() -> tuple[Any, ...]:
 
 
 _discovered_lock = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a child must not inherit the lock held by a parent's thread
+    os.register_at_fork(after_in_child=lambda: globals().update(_discovered_lock=threading.Lock()))
 _discovered: dict[str, tuple[tuple[Any, ...], list[EntryPointCandidate]]] = {}
 
 

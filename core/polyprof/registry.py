@@ -38,6 +38,7 @@ import os
 import threading
 import types
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -117,6 +118,16 @@ def _module_of(plugin: object) -> str:
 
 
 @attrs.frozen
+class _Strong:
+    """A component held as a weak reference would be, for one that cannot have weak references."""
+
+    component: object
+
+    def __call__(self) -> object:
+        return self.component
+
+
+@attrs.frozen
 class _CapabilitiesAnswer:
     """A plugin's answer to ``polyprof_capabilities``, as the status it gives the plugin."""
 
@@ -141,10 +152,12 @@ class PolyprofPluginManager(pluggy.PluginManager):
         self._infos: dict[str, PluginInfo] = {}
         self._lock = threading.RLock()
         self._exporters_made: list[Exporter] = []
+        #: The ``PolyprofWarning`` messages its making gave (``shared_plugin_manager`` gives them again).
+        self.load_warnings: list[str] = []
         self._undo_monitoring: Callable[[], None] | None = None
         self._calls = HookCalls(self, self)
-        # Which plugin made each component (held, so an id is never reused while recorded).
-        self._component_plugins: dict[int, tuple[object, str]] = {}
+        # Which plugin made each component, held weakly where it can be (plugin_of checks identity).
+        self._component_plugins: dict[int, tuple[Callable[[], object], str]] = {}
         # Plugins that said they cannot run here: kept to be asked again (confirm_provisional once
         # torch is imported, refresh_capabilities for each session of a shared manager).
         self._set_aside: dict[str, tuple[object, tuple[Callable[[], Any], ...]]] = {}
@@ -179,7 +192,7 @@ class PolyprofPluginManager(pluggy.PluginManager):
         """The name of the plugin whose hook returned ``component``, if this manager made it."""
         with self._lock:
             entry = self._component_plugins.get(id(component))
-        return entry[1] if entry is not None and entry[0] is component else None
+        return entry[1] if entry is not None and entry[0]() is component else None
 
     def hook_failures(self) -> tuple[HookFailure, ...]:
         """Hook implementations that failed and were skipped (``isolate_errors``), oldest first."""
@@ -410,10 +423,11 @@ class PolyprofPluginManager(pluggy.PluginManager):
         """Ask every loaded or unavailable plugin for its capabilities again.
 
         A manager that serves many sessions (``shared_plugin_manager``) calls it for each, so
-        that each goes by what its plugins answer now (a device that appeared or went away,
-        ``CUDA_VISIBLE_DEVICES`` changed), as a manager made for it would; registration and
-        reading the installed distributions are not repeated, and an unavailable plugin is
-        asked without being registered again.
+        that each goes by what its plugins' ``polyprof_capabilities`` answer now (a device that
+        appeared or went away, ``CUDA_VISIBLE_DEVICES`` changed); an unavailable plugin is asked
+        without being registered again. Not asked again: a plugin that failed (at import, at
+        registration or in this hook) or raised ``PluginUnavailable`` while registering; a new
+        manager (the installed distributions or the ``POLYPROF_*`` variables changed) retries those.
         """
         self._ask_again(lambda info: info.status in ("loaded", "unavailable"))
 
@@ -537,7 +551,11 @@ class PolyprofPluginManager(pluggy.PluginManager):
     def _remember_origin(self, plugin: str, components: Iterable[object]) -> None:
         with self._lock:
             for component in components:
-                self._component_plugins[id(component)] = (component, plugin)
+                try:  # weakly where it can: a manager that outlives its sessions must not keep their parts
+                    held: Callable[[], object] = weakref.ref(component)
+                except TypeError:  # no weak references to it (__slots__ without __weakref__)
+                    held = _Strong(component)
+                self._component_plugins[id(component)] = (held, plugin)
 
     def forget_components(self, components: Iterable[object]) -> None:
         """Let go of ``components`` (made by this manager): ``plugin_of`` no longer knows them.
@@ -548,7 +566,7 @@ class PolyprofPluginManager(pluggy.PluginManager):
         with self._lock:
             for component in components:
                 entry = self._component_plugins.get(id(component))
-                if entry is not None and entry[0] is component:
+                if entry is not None and entry[0]() in (component, None):
                     del self._component_plugins[id(component)]
 
     # ------------------------------------------------------------ activities
@@ -785,11 +803,13 @@ def make_plugin_manager(
     """
     pm = PolyprofPluginManager()
     pm.add_hookspecs(hookspecs)
-    if env_flag(TRACE_ENV):
+    if env_flag(TRACE_ENV, given=pm.load_warnings):
         pm.enable_hook_logging()
     pm.hook.polyprof_addhooks.call_historic(kwargs={"pluginmanager": pm})
 
-    autoload = not env_flag(DISABLE_AUTOLOAD_ENV) if autoload is None else bool(autoload)
+    autoload = (
+        not env_flag(DISABLE_AUTOLOAD_ENV, given=pm.load_warnings) if autoload is None else bool(autoload)
+    )
     allowed = parse_allow_list(os.environ.get(ALLOW_LIST_ENV) if allow is None else allow)
     allow_source = ALLOW_LIST_ENV if allow is None else "the allow-list"
 
@@ -823,6 +843,7 @@ def make_plugin_manager(
                 f"installed third-party plugins: {', '.join(installed) or 'none'}"
             )
             warnings.warn(message, PolyprofWarning, stacklevel=2)
+            pm.load_warnings.append(message)
 
     taken = {info.name: info.distribution or CORE_DISTRIBUTION for info in pm.plugin_infos()}
     plan = plan_third_party(
@@ -860,12 +881,20 @@ def make_plugin_manager(
 class _SharedManager:
     key: tuple[Any, ...]
     manager: PolyprofPluginManager
-    #: The warnings its making gave, given again to each session that takes it.
-    warnings_given: tuple[warnings.WarningMessage, ...]
 
 
 _shared_lock = threading.Lock()
 _shared: _SharedManager | None = None
+
+
+def _forget_shared_in_child() -> None:
+    """A forked child makes its own manager: a parent's thread may have held its locks at the fork."""
+    global _shared, _shared_lock
+    _shared, _shared_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_shared_in_child)
 
 
 def _shared_manager_key() -> tuple[Any, ...]:
@@ -891,12 +920,10 @@ def shared_plugin_manager() -> PolyprofPluginManager:
     with _shared_lock:
         shared = _shared
         if shared is None or shared.key != key:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                manager = make_plugin_manager()
-            shared = _shared = _SharedManager(key, manager, tuple(caught))
-    for given in shared.warnings_given:
-        warnings.warn(given.message, given.category, stacklevel=3)
+            _shared = _SharedManager(key, make_plugin_manager())  # which gives its warnings itself
+            return _shared.manager
+    for message in shared.manager.load_warnings:
+        warnings.warn(message, PolyprofWarning, stacklevel=3)
     return shared.manager
 
 

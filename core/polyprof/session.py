@@ -134,6 +134,16 @@ class Session:
         requested = None if activities is None else frozenset(coerce_activity(a) for a in activities)
         chosen = activity_resolution.resolve_activities(pm, requested)
         config = ProfileConfig(activities=chosen, trace_id=trace_id, **flags)
+        bus = EventBus()
+        bus.start_in_background()  # its loop comes up while the components are made and prepared
+        try:
+            return cls._build(pm, config, bus, shares_pm=shares_pm)
+        except BaseException:
+            bus.close()
+            raise
+
+    @classmethod
+    def _build(cls, pm: Any, config: ProfileConfig, bus: EventBus, *, shares_pm: bool) -> Session:
         # One plugin's broken hook must not cost every profile: it is skipped, logged and warned about.
         made = activity_resolution.make_tracers(pm, config)
         seen = len(pm.hook_failures())
@@ -151,13 +161,15 @@ class Session:
             subscribers=subscribers,
             aggregators=aggregators,
             collector=collector,
-            bus=EventBus(),
+            bus=bus,
             shares_plugin_manager=shares_pm,
         )
         pm.call_each("polyprof_session_start", isolate_errors=True, session=session)
         _warn_plugin_failures(pm.hook_failures()[seen:])
         log.debug(
-            "session_created", activities=sorted(a.name for a in chosen), tracers=[t.name for t in tracers]
+            "session_created",
+            activities=sorted(a.name for a in config.activities),
+            tracers=[t.name for t in tracers],
         )
         return session
 

@@ -116,10 +116,9 @@ def cuda_devices_in_use() -> list[DeviceInUse] | None:
         if torch is None or not torch.cuda.is_initialized():
             return None
         has_context = getattr(torch._C, "_cuda_hasPrimaryContext", None)
-        if has_context is None:
-            ordinals = [torch.cuda.current_device()]
-        else:
-            ordinals = [i for i in range(torch.cuda.device_count()) if has_context(i)]
+        if has_context is None:  # every torch polyprof supports has it; the current device is per thread
+            return None
+        ordinals = [i for i in range(torch.cuda.device_count()) if has_context(i)]
         devices = []
         for ordinal in ordinals:
             uuid = getattr(torch.cuda.get_device_properties(ordinal), "uuid", None)

@@ -104,6 +104,8 @@ class Session:
     _exporters: dict[str, Exporter] = attrs.field(factory=dict)
     _closed: bool = False
     _recording: bool = False
+    #: Whether this recording's tracers and subscribers are attached to the bus (``_attach_to_bus``).
+    _on_bus: bool = False
     #: Per-tracer decode failures counted by the bus before this recording.
     _errors_before: dict = attrs.field(factory=dict)
 
@@ -135,7 +137,6 @@ class Session:
         chosen = activity_resolution.resolve_activities(pm, requested)
         config = ProfileConfig(activities=chosen, trace_id=trace_id, **flags)
         bus = EventBus()
-        bus.start_in_background()  # its loop comes up while the components are made and prepared
         try:
             return cls._build(pm, config, bus, shares_pm=shares_pm)
         except BaseException:
@@ -188,10 +189,8 @@ class Session:
         """Start every tracer; the bus starts pulling from them."""
         if self._closed:
             raise RuntimeError("this session is closed; a recording used again makes a new session")
-        for tracer in self.tracers:
-            self.bus.add_tracer(tracer)
-        for subscriber in self.subscribers:
-            self.bus.subscribe(subscriber)
+        if any(not isinstance(subscriber, Sink) for subscriber in self.subscribers):
+            self._attach_to_bus()  # a streamed subscriber reads batches while the recording runs
         started: list[Tracer] = []
         try:
             for tracer in self.tracers:
@@ -200,7 +199,7 @@ class Session:
         except BaseException:
             for tracer in reversed(started):
                 _stop_quietly(tracer)
-            self.bus.finish_recording()
+            self._finish_on_bus()
             self.collector.take()
             raise
         self._recording = True
@@ -227,7 +226,7 @@ class Session:
                 self._discard_after_interrupt(self.tracers[index + 1 :], interrupted=tracer)
                 raise
         self._recording = False
-        if not self.bus.finish_recording():
+        if not self._finish_on_bus():
             log.error("bus_finish_timed_out", statistics=str(self.bus.statistics()))
         failed = self._tracers_that_failed()
         return self._assemble(metadata_json or {}, trace_id, failed, notes)
@@ -240,8 +239,32 @@ class Session:
         except BaseException:  # the first interrupt is re-raised by the caller
             log.warning("tracer_stop_after_interrupt_failed", tracer=interrupted.name, exc_info=True)
         self._recording = False
-        self.bus.finish_recording()
+        self._finish_on_bus()
         self.collector.take()
+
+    def _attach_to_bus(self) -> None:
+        """Attach the subscribers, then the tracers, for this recording (once).
+
+        Only a streamed subscriber needs the bus while the recording runs; otherwise this waits
+        for the end (``_finish_on_bus``), so that a profile's start makes no call into the bus
+        thread, and the thread is started then. Subscribers come first: whatever the tracers
+        hold when they are attached is delivered at once.
+        """
+        if self._on_bus:
+            return
+        for subscriber in self.subscribers:
+            self.bus.subscribe(subscriber)
+        for tracer in self.tracers:
+            self.bus.add_tracer(tracer)
+        self._on_bus = True
+
+    def _finish_on_bus(self) -> bool:
+        """Deliver what the tracers handed over (attaching them first if need be) and detach them."""
+        self._attach_to_bus()
+        try:
+            return bool(self.bus.finish_recording())
+        finally:
+            self._on_bus = False
 
     def _tracer_failed(self, tracer: Tracer, step: str, exc: Exception) -> str:
         """Log and warn that ``tracer`` failed in ``step``, naming its plugin; returns the trace note."""
@@ -267,7 +290,7 @@ class Session:
         for tracer in self.tracers:
             _stop_quietly(tracer)
         self._recording = False
-        self.bus.finish_recording()
+        self._finish_on_bus()
         self.collector.take()
 
     def _tracers_that_failed(self) -> list[str]:

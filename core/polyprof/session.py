@@ -186,7 +186,7 @@ class Session:
             tracer.prepare()
 
     def start(self) -> None:
-        """Start every tracer; the bus starts pulling from them."""
+        """Start every tracer; they join the bus now if a streamed subscriber is there, else at the end."""
         if self._closed:
             raise RuntimeError("this session is closed; a recording used again makes a new session")
         if any(not isinstance(subscriber, Sink) for subscriber in self.subscribers):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
-import importlib.util
+import importlib.metadata
 import os
 import shutil
 import tempfile
@@ -224,7 +224,8 @@ def gpu_present(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     from polyprof import torch_support
     from polyprof.registry import make_plugin_manager
 
-    installed = importlib.util.find_spec("polyprof_cuda") is not None
+    # Installed means its entry point is (an import from an earlier test's sys.path is not).
+    installed = any(ep.name == "cuda" for ep in importlib.metadata.entry_points(group="polyprof"))
     if not installed:
         monkeypatch.syspath_prepend(str(REPO_ROOT / "plugins_cuda"))
     from polyprof_cuda import kineto, mode, plugin
@@ -240,7 +241,9 @@ def gpu_present(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     )
     monkeypatch.setattr(kineto, "kineto_mode_reason", lambda: None)
     mode.forget_cached_mode()
-    pm = None if installed else make_plugin_manager(extra_plugins=[("cuda", plugin)])
+    # Not installed: the plugin given in code, and no entry point read (an egg-info an editable
+    # install left in plugins_cuda would offer it a second time).
+    pm = None if installed else make_plugin_manager(entry_points=False, extra_plugins=[("cuda", plugin)])
     try:
         yield pm
     finally:

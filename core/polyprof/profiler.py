@@ -863,17 +863,21 @@ def _load_inductor_config() -> bool:
 
 
 def _cupti_teardown_breaks_cuda_graphs() -> bool:
-    """torch.profiler's test for keeping CUPTI up with CUDA graphs: CUDA before 12.6, or its own switch."""
+    """The installed torch.profiler's test for keeping CUPTI up under Inductor's CUDA graphs.
+
+    Torch with ``profiler_allow_cudagraph_cupti_lazy_reinit_cuda12`` keeps it up before CUDA 12.6
+    or when that switch says no; older torch (2.6) always does.
+    """
     torch = sys.modules["torch"]
+    try:
+        from torch._utils_internal import profiler_allow_cudagraph_cupti_lazy_reinit_cuda12
+    except ImportError:
+        return True
     cuda = getattr(torch.version, "cuda", None)
     if isinstance(cuda, str):
         numbers = tuple(int(part) for part in cuda.split(".")[:2] if part.isdigit())
         if numbers < (12, 6):
             return True
-    try:
-        from torch._utils_internal import profiler_allow_cudagraph_cupti_lazy_reinit_cuda12
-    except ImportError:  # not in this torch: its rule is the version alone
-        return False
     return not profiler_allow_cudagraph_cupti_lazy_reinit_cuda12()
 
 

@@ -51,6 +51,8 @@ class TorchFeatures:
     result_methods: frozenset[str]
     #: Whether ``_prepare_profiler`` takes ``activity_filter`` (torch's dict-form activities).
     prepare_takes_activity_filter: bool = False
+    #: Whether ``_prepare_profiler`` takes ``profiler_extensions`` (2.15+; torch passes ``{}``).
+    prepare_takes_profiler_extensions: bool = False
 
     @property
     def minor(self) -> tuple[int, int]:
@@ -143,10 +145,14 @@ def probe() -> TorchFeatures:
         event_accessors=frozenset(n for n in dir(_KinetoEvent) if not n.startswith("_")),
         experimental_fields=_experimental_fields(_ExperimentalConfig),
         result_methods=frozenset(n for n in dir(_ProfilerResult) if not n.startswith("_")),
-        prepare_takes_activity_filter=(
-            "activity_filter" in (_prepare_profiler.__doc__ or "").split("\n", 1)[0]
-        ),
+        prepare_takes_activity_filter="activity_filter" in _signature_line(_prepare_profiler),
+        prepare_takes_profiler_extensions="profiler_extensions" in _signature_line(_prepare_profiler),
     )
+
+
+def _signature_line(function: Any) -> str:
+    """The first line of a pybind function's docstring: its signature."""
+    return (function.__doc__ or "").split("\n", 1)[0]
 
 
 @functools.cache

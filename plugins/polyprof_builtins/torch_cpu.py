@@ -1025,22 +1025,26 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         """torch's ``_prepare_profiler`` with this recording's config and CPU activity filter.
 
         Called as torch.profiler calls it: on torch with activity filters (2.13+) the filter is
-        always passed, empty when none was asked for.
+        always passed, empty when none was asked for, and on 2.15+ empty profiler extensions.
         """
         from torch._C._autograd import _prepare_profiler
         from torch._C._profiler import ProfilerActivity as TorchActivity
 
         cpu_filter = self.config.activity_filters.get(ProfilerActivity.CPU)
-        if not torch_support.installed().prepare_takes_activity_filter:
+        features = torch_support.installed()
+        if not features.prepare_takes_activity_filter:
             if cpu_filter is not None:
                 raise ValueError(
-                    f"torch {torch_support.installed().version_text} cannot filter CPU activity types "
+                    f"torch {features.version_text} cannot filter CPU activity types "
                     "(activity filters need torch 2.13 or newer); pass activities=[ProfilerActivity.CPU]"
                 )
             _prepare_profiler(self._cfg, self._torch_activities)
             return
         activity_filter = {} if cpu_filter is None else {TorchActivity.CPU: set(cpu_filter)}
-        _prepare_profiler(self._cfg, self._torch_activities, activity_filter=activity_filter)
+        # torch 2.15+ also passes its profiler extensions; polyprof takes none (they configure torch's own
+        # CUDA metrics profiler, polyprof.autograd_profile refuses them), so they are empty as in torch
+        extensions = {"profiler_extensions": {}} if features.prepare_takes_profiler_extensions else {}
+        _prepare_profiler(self._cfg, self._torch_activities, activity_filter=activity_filter, **extensions)
 
     def start(self) -> None:
         from torch._C._autograd import _enable_profiler

@@ -327,6 +327,34 @@ def _native_table(module: Any, data: bytes | bytearray) -> Any | None:
     return _with_top_level(pa, pa.Table.from_arrays(arrays, schema=_schema(pa)), outer, _orjson_text)
 
 
+#: Numbers whose JSON spelling differs between orjson releases (3.9 writes 1e16, later ones 1e+16).
+_FLOAT_PROBE = (
+    b'{"traceEvents": [{"ph": "i", "args": {"v": '
+    b"[1e16, 1e-7, 0.1, 1e21, 1.5e300, 5e-324, -0.0, 2.5e-308, 123456789.125]}}]}"
+)
+_agreement: dict[int, bool] = {}
+
+
+def native_builder_agrees(module: Any) -> bool:
+    """Whether ``module`` writes numbers in args as the installed orjson does (asked once per module).
+
+    The compiled builder spells floats as the orjson releases it was written against; an older
+    orjson spells some otherwise, and the Python builder's files follow the installed orjson. Where
+    the two differ the compiled builder is not used, so that both ways give the same files.
+    """
+    known = _agreement.get(id(module))
+    if known is None:
+        native = _native_table(module, bytearray(_FLOAT_PROBE))
+        ours = None if native is None else native.column("args").to_pylist()
+        theirs = table_from_chrome(orjson.loads(_FLOAT_PROBE)).column("args").to_pylist()
+        known = _agreement[id(module)] = ours == theirs
+        if not known:
+            log.info(
+                "chrome_columns_not_used", reason="the installed orjson writes floats otherwise", ours=ours
+            )
+    return known
+
+
 def json_trace_table(path: str | os.PathLike[str]) -> Any:
     """The Arrow table of a Chrome trace JSON file (``.json`` or ``.json.gz``): ``table_from_chrome``
     of its document, built from its bytes by the compiled builder (``polyprof.native_columns``)
@@ -338,7 +366,7 @@ def json_trace_table(path: str | os.PathLike[str]) -> Any:
     pyarrow_modules()  # before reading gigabytes of JSON
     holder = [read_trace_bytes(path)]
     module = native_columns.builder()
-    if module is not None:
+    if module is not None and native_builder_agrees(module):
         table = _native_table(module, holder[0])
         if table is not None:
             return table

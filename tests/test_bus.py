@@ -221,30 +221,6 @@ def test_with_only_a_sink_attached_no_tracer_is_polled_until_a_streamed_subscrib
     assert [len(b) for b in streamed.batches] == [2]
 
 
-def test_a_bus_started_in_the_background_is_used_by_start_and_stopped_by_close(no_thread_leak):
-    bus = EventBus()
-    bus.start_in_background()
-    bus.start_in_background()  # idempotent: one thread
-    loops = [t for t in threading.enumerate() if t.name == "polyprof-bus"]
-    assert len(loops) >= 1
-    tracer, sub = FakeTracer("t"), RecordingSubscriber()
-    bus.add_tracer(tracer)  # waits for that thread's loop
-    bus.subscribe(sub)
-    tracer.put([4])
-    tracer.stop()
-    assert bus.finish_recording(timeout_s=10)
-    assert tracer.decode_threads == {bus.thread.ident}
-    bus.close()
-    assert [len(b) for b in sub.batches] == [4]
-
-
-def test_a_bus_closed_before_its_background_start_finished_leaves_no_thread(no_thread_leak):
-    bus = EventBus()
-    bus.start_in_background()
-    bus.close()
-    assert bus.closed and bus.thread is None
-
-
 # ---------------------------------------------------------------------------- isolation
 
 

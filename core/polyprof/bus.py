@@ -480,8 +480,6 @@ class _BusEngine:
         self._state = "new"  # new -> running -> closing -> closed
         self._portal: Any = None
         self._supervisor: concurrent.futures.Future | None = None
-        #: A loop thread ``start_in_background`` began, its readiness, and the process it began in.
-        self._starting: tuple[threading.Thread, concurrent.futures.Future[Any], int] | None = None
         self.loop_thread: threading.Thread | None = None
         self._worker_threads: set[threading.Thread] = set()
         self._worker_threads_lock = threading.Lock()
@@ -511,17 +509,11 @@ class _BusEngine:
             "and its thread does not exist in a forked child; create a new EventBus in this process"
         )
 
-    def start_in_background(self) -> None:
-        """Start the loop's thread without waiting for it; ``start`` waits. Idempotent."""
-        with self._lifecycle_lock:
-            if self._state == "new" and self._starting is None:
-                self._starting = self._spawn_loop()
-
-    def _spawn_loop(self) -> tuple[threading.Thread, concurrent.futures.Future[Any], int]:
+    def _spawn_loop(self) -> tuple[threading.Thread, concurrent.futures.Future[Any]]:
         ready: concurrent.futures.Future[Any] = concurrent.futures.Future()
         thread = threading.Thread(target=_run_bus_loop, args=(ready,), name=self.thread_name, daemon=True)
         thread.start()
-        return thread, ready, os.getpid()
+        return thread, ready
 
     def start(self) -> None:
         if self.forked():  # checked before the lock, which a thread of the parent may have held
@@ -531,10 +523,7 @@ class _BusEngine:
                 return
             if self._state != "new":
                 raise RuntimeError("this EventBus is closed; create a new EventBus")
-            starting, self._starting = self._starting, None
-            if starting is None or starting[2] != os.getpid():  # none, or a parent's before a fork
-                starting = self._spawn_loop()
-            thread, ready, _ = starting
+            thread, ready = self._spawn_loop()
             portal = ready.result()
             try:
                 self._supervisor, _ = portal.start_task(self._supervise, name="polyprof-bus supervisor")
@@ -593,9 +582,6 @@ class _BusEngine:
             if self._state != "running":
                 if self._state == "new":
                     self._state = "closed"
-                    starting, self._starting = self._starting, None
-                    if starting is not None and starting[2] == os.getpid():
-                        _stop_portal(starting[1].result(), starting[0], timeout_s=self.stop_timeout_s)
                 return
             self._state = "closing"
         if self.on_bus_thread():
@@ -1245,14 +1231,6 @@ class EventBus:
     def thread(self) -> threading.Thread | None:
         """The bus thread, once started."""
         return self._engine.loop_thread
-
-    def start_in_background(self) -> None:
-        """Begin starting the bus thread without waiting for it (``start`` or the first attach waits).
-
-        For a caller with other set-up to do meanwhile: the thread's event loop comes up beside it.
-        """
-        if not self._engine.forked():
-            self._engine.start_in_background()
 
     def start(self) -> None:
         """Start the bus thread now (otherwise the first attach does). Idempotent.

@@ -37,6 +37,7 @@ import subprocess
 import sys
 
 from child_workloads import WORKLOADS
+from machine import cpu_model
 
 CHILD = (
     r"""
@@ -90,14 +91,6 @@ def run_child(
 
 def _median_ratio(ours: list[float], theirs: list[float]) -> float:
     return statistics.median(o / t for o, t in zip(ours, theirs, strict=True))
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        return platform.processor()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__,
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
-            "cpu_model": _cpu_model(),
+            "cpu_model": cpu_model(),
             "load_average_before": load_before,
             "load_average_after": os.getloadavg(),
         }

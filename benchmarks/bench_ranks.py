@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+from machine import cpu_model
 
 BASE_NS = 1_795_000_000_000_000_000
 HOST_PID, THREAD, GPU_PID, COMPUTE_STREAM, COMM_STREAM = 4242, 4243, 0, 7, 20
@@ -415,7 +416,7 @@ def _write_results(args: argparse.Namespace, results: dict[str, Any]) -> int:
             "args": vars(args),
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
-            "cpu_model": _cpu_model(),
+            "cpu_model": cpu_model(),
             "load_average": os.getloadavg(),
             "memory_gb": psutil.virtual_memory().total / 2**30,
             "duckdb": duckdb.__version__,
@@ -424,14 +425,6 @@ def _write_results(args: argparse.Namespace, results: dict[str, Any]) -> int:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     return 0
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        return platform.processor()
 
 
 if __name__ == "__main__":

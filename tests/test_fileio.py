@@ -332,7 +332,7 @@ def test_only_polyprof_temp_names_of_this_host_are_ever_removed(tmp_path: Path) 
     for name in keep:
         (tmp_path / name).write_text("user data")
     other_host = write_leftover(
-        tmp_path, host_tag="00000000" if fileio._host_tag() != "00000000" else "11111111"
+        tmp_path, host_tag="00000000" if fileio.host_tag() != "00000000" else "11111111"
     )
     directory = tmp_path / fileio._temp_name(pid=1)
     directory.mkdir()

@@ -26,6 +26,7 @@ import polyprof
 from polyprof import hookspecs
 from polyprof.activity import ProfilerActivity
 from polyprof.config import ProfileConfig
+from polyprof.errors import PolyprofWarning
 from polyprof.events import DeviceType, EventKind
 from polyprof.testing import make_event_batch, make_trace
 
@@ -93,8 +94,11 @@ def _candidate(name: str, distribution: str) -> Any:
     return EntryPointCandidate(name, f"{distribution}_plugin", distribution, "1.0", _NeverLoaded())
 
 
-def test_a_plan_blocks_squatters_and_keeps_the_order_without_importing_anything() -> None:
+def test_a_plan_blocks_squatters_and_keeps_the_order_without_importing_anything(monkeypatch) -> None:
+    from polyprof import plugin_discovery
     from polyprof.plugin_discovery import plan_third_party, resolve_allow_list
+
+    monkeypatch.setattr(plugin_discovery, "_contested_warned", set())  # warned once per process
 
     cuda, squatter, other = (
         _candidate("cuda", "polyprof-cuda"),
@@ -102,13 +106,16 @@ def test_a_plan_blocks_squatters_and_keeps_the_order_without_importing_anything(
         _candidate("zz", "polyprof-zz"),
     )
     third_party = [squatter, cuda, other]
-    plan = plan_third_party(third_party, taken={}, allowed=None, selected=set(), autoload=True)
+    with pytest.warns(PolyprofWarning, match="polyprof loads polyprof-cuda"):
+        plan = plan_third_party(third_party, taken={}, allowed=None, selected=set(), autoload=True)
+    # polyprof-cuda owns its name: the squatter is blocked, saying how to pick it
     assert [(d.listed_as, d.loads) for d in plan] == [
         ("cuda (cuda-squatter)", False),
-        ("cuda (polyprof-cuda)", False),
+        ("cuda", True),
         ("zz", True),
     ]
     assert plan[0].conflicts_with == ("polyprof-cuda",)
+    assert "POLYPROF_PLUGINS=cuda-squatter:cuda" in plan[0].blocked_reason
 
     selected, unknown = resolve_allow_list(frozenset({"polyprof-cuda:cuda"}), third_party)
     plan = plan_third_party(

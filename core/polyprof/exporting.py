@@ -24,6 +24,28 @@ changed it; the atomic ones have not). If the
 abandoned write does finish later, while the process still runs, its
 complete file stays (it is the user's data) and the late finish is logged as
 ``export_finished_after_deadline``.
+
+Before anything is written, the two trace formats polyprof reads back are
+held to their names (``check_export_suffix``): ``parquet`` writes only a
+``.parquet`` path (``polyprof convert`` and ``polyprof report`` tell a Parquet
+trace by that suffix alone), and ``chrome`` (``export_chrome_trace``) writes any
+name but a ``.parquet`` one, as torch's does. A path that breaks this is refused
+with an ``ExportSuffixError`` naming the name to use. Every other format writes
+any name: its exporter's ``suffixes`` only suggest one.
+
+Ctrl-C (``KeyboardInterrupt``, or any other exception raised in the waiting
+thread) stops the export instead: the write is cancelled
+(``polyprof.fileio.WriteCancellation``), so an exporter that writes through
+``polyprof.fileio.atomic_writer`` stops at its next write, removes its
+temporary file and never renames it into place: the destination keeps what it
+held before (or stays absent). The caller waits up to ``EXPORT_CANCEL_WAIT_S``
+for that cleanup, then the interrupt propagates; when the exporter reached a
+write within the wait, no thread is left writing while the interpreter exits.
+An exporter that writes in another way, or reaches no write within the wait,
+is abandoned as at the deadline; if it ends later, that is logged as
+``export_finished_after_interrupt`` with its ``outcome`` (``cancelled``:
+nothing renamed into place; ``finished``: its file stays; ``failed``). A
+second Ctrl-C ends the wait, never the cancellation.
 """
 
 from __future__ import annotations
@@ -33,12 +55,14 @@ import math
 import os
 import threading
 import types
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from polyprof._log import get_logger
 from polyprof.errors import PolyprofError
+from polyprof.fileio import WriteCancellation, WriteCancelled, cancellable_writes
 
 if TYPE_CHECKING:
     from polyprof.components import Exporter
@@ -53,12 +77,76 @@ EXPORT_TIMEOUT_BASE_S = 300.0
 #: The default deadline's part per event: the built-in Chrome exporter measured 3 to 22 µs per event
 #: (gzip and plain JSON, 250k events, on 2 busy cores).
 EXPORT_TIMEOUT_PER_EVENT_S = 100e-6
+#: How long an interrupted export waits for its cancelled write to remove its temporary file.
+EXPORT_CANCEL_WAIT_S = 5.0
 
-__all__ = ["EXPORT_TIMEOUT_ENV", "ExportTimeoutError", "export_timeout_s", "export_trace"]
+#: The trace formats polyprof reads back (``polyprof convert``, ``polyprof report``) and their suffixes:
+#: neither writes a file under the other's suffix.
+TRACE_FORMAT_SUFFIXES: Final[Mapping[str, tuple[str, ...]]] = types.MappingProxyType(
+    {"chrome": (".json", ".json.gz"), "parquet": (".parquet",)}
+)
+#: Trace formats that write only their own suffixes: the readers know a Parquet trace by its name alone.
+OWN_SUFFIX_FORMATS: Final = frozenset({"parquet"})
+
+__all__ = [
+    "EXPORT_CANCEL_WAIT_S",
+    "EXPORT_TIMEOUT_ENV",
+    "OWN_SUFFIX_FORMATS",
+    "TRACE_FORMAT_SUFFIXES",
+    "ExportSuffixError",
+    "ExportTimeoutError",
+    "check_export_suffix",
+    "export_timeout_s",
+    "export_trace",
+]
 
 
 class ExportTimeoutError(PolyprofError, TimeoutError):
     """An exporter did not finish within its deadline; the message names it, its plugin and the path."""
+
+
+class ExportSuffixError(PolyprofError, ValueError):
+    """The path's suffix does not agree with the export format; the message names the suffixes to use."""
+
+
+def check_export_suffix(format_name: str, path: str) -> None:
+    """Refuse a path whose suffix disagrees with the trace format ``format_name``.
+
+    Only the formats of ``TRACE_FORMAT_SUFFIXES`` are held; an empty path (no file) is never refused.
+
+    :raises ExportSuffixError: the path ends in another trace format's suffix, or (for a format of
+        ``OWN_SUFFIX_FORMATS``) in none of its own.
+    """
+    own = TRACE_FORMAT_SUFFIXES.get(format_name)
+    if own is None or not path:
+        return
+    name = os.path.basename(path)
+    lowered = name.lower()
+    others = [
+        (suffix, other)
+        for other, other_suffixes in TRACE_FORMAT_SUFFIXES.items()
+        if other != format_name
+        for suffix in other_suffixes
+        if lowered.endswith(suffix)
+    ]
+    if not others and (format_name not in OWN_SUFFIX_FORMATS or lowered.endswith(own)):
+        return
+    writes = f"format={format_name!r} writes {_either(own)} files"
+    if format_name == "chrome":
+        writes += " (export_chrome_trace and tensorboard_trace_handler write this format)"
+    if others:
+        suffix, other = max(others, key=lambda found: len(found[0]))
+        stem = name[: len(name) - len(suffix)]
+        raise ExportSuffixError(
+            f"{writes}; {name!r} ends in {suffix}, which format={other!r} writes: name it {stem}{own[0]} or "
+            f"write it with export({name!r}, format={other!r})"
+        )
+    raise ExportSuffixError(f"{writes}; {name!r} ends in none of them: name it {name}{own[0]}")
+
+
+def _either(suffixes: tuple[str, ...]) -> str:
+    unique = list(dict.fromkeys(suffixes))
+    return unique[0] if len(unique) == 1 else f"{', '.join(unique[:-1])} or {unique[-1]}"
 
 
 def export_timeout_s(trace: Trace | None = None) -> float | None:
@@ -125,9 +213,15 @@ class _Write:
 
     path: str
     existed: bool
+    cancellation: WriteCancellation = attrs.Factory(WriteCancellation)
     lock: threading.Lock = attrs.Factory(threading.Lock)
     done: bool = False
     abandoned: bool = False
+    #: The caller was interrupted (Ctrl-C) and cancelled the write, rather than reaching the deadline.
+    interrupted: bool = False
+    #: Set when the worker thread is through. Waited on instead of ``Thread.join``: up to Python 3.12, a
+    #: join interrupted by Ctrl-C marks the thread stopped, and every later join returns at once.
+    finished: threading.Event = attrs.Factory(threading.Event)
     result: Any = None
     error: BaseException | None = None
 
@@ -146,37 +240,43 @@ def export_trace(
 
     :param plugin_manager: the manager that made ``exporter``, to name its plugin in errors.
     :returns: what the exporter returns (the path written).
+    :raises ExportSuffixError: the path's suffix disagrees with the trace format; nothing is written.
     :raises ExportTimeoutError: the deadline passed; the write is abandoned (see the module notes).
     """
+    check_export_suffix(getattr(exporter, "name", ""), path)
     timeout_s = export_timeout_s(trace)
     write = _Write(path=path, existed=bool(path) and os.path.lexists(path))
     context = contextvars.copy_context()  # the caller's structlog context and the like
 
+    def export() -> Any:
+        with cancellable_writes(write.cancellation):
+            return exporter.export(trace, path, **options)
+
     def run() -> None:
+        cancelled = False
         try:
-            write.result = context.run(exporter.export, trace, path, **options)
+            write.result = context.run(export)
+        except WriteCancelled:
+            cancelled = True
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             write.error = exc
-        with write.lock:
-            write.done = True
-            abandoned = write.abandoned
-        if abandoned:
-            log.warning(
-                "export_finished_after_deadline",
-                exporter=exporter_origin(exporter, plugin_manager),
-                path=path,
-                error=None if write.error is None else repr(write.error),
-            )
+        try:
+            with write.lock:
+                write.done = True
+                abandoned = write.abandoned
+            _log_late_end(write, cancelled, abandoned, exporter_origin(exporter, plugin_manager))
+        finally:
+            write.finished.set()
 
     # A daemon: an abandoned write must not keep the process from exiting.
     worker = threading.Thread(
         target=run, name=f"polyprof-export-{getattr(exporter, 'name', '?')}", daemon=True
     )
-    worker.start()
     try:
-        worker.join(timeout_s)
-    except BaseException:  # an interrupt (Ctrl-C) while waiting: give up on the write as on the deadline
-        _abandon(write)
+        worker.start()  # in the try: start() waits for the thread, which may be writing already
+        write.finished.wait(timeout_s)
+    except BaseException:  # an interrupt (Ctrl-C) while waiting: the export stops, the interrupt goes on
+        _cancel(write)
         raise
     if _abandon(write):
         left = (
@@ -192,6 +292,44 @@ def export_trace(
     if write.error is not None:
         raise write.error
     return write.result
+
+
+def _cancel(write: _Write) -> None:
+    """Stop ``write``: its atomic writes rename nothing from now on; wait a little for their cleanup.
+
+    An exporter still running after the wait (one that does not write through ``atomic_writer``,
+    or reached no write) is abandoned (``_abandon``).
+    """
+    write.interrupted = True
+    try:
+        write.cancellation.cancel()  # sets the flag before it blocks: a second Ctrl-C cannot undo it
+        write.finished.wait(EXPORT_CANCEL_WAIT_S)
+    finally:  # a second Ctrl-C ends the wait, not the cleanup
+        _abandon(write)
+
+
+def _log_late_end(write: _Write, cancelled: bool, abandoned: bool, origin: str) -> None:
+    """Log how a write ended once nobody waits for it: what the caller was told is not the whole story."""
+    if not abandoned:
+        if cancelled:
+            log.info("export_cancelled", exporter=origin, path=write.path)
+        return
+    if write.interrupted:  # Ctrl-C's wait was over: the caller saw the interrupt, not this
+        outcome = "cancelled" if cancelled else "finished" if write.error is None else "failed"
+        log.warning(
+            "export_finished_after_interrupt",
+            exporter=origin,
+            path=write.path,
+            outcome=outcome,
+            error=None if write.error is None else repr(write.error),
+        )
+        return
+    log.warning(
+        "export_finished_after_deadline",
+        exporter=origin,
+        path=write.path,
+        error=None if write.error is None else repr(write.error),
+    )
 
 
 def _abandon(write: _Write) -> bool:

@@ -19,11 +19,19 @@ leaves the file unlocked, and the next write into that directory removes it.
 The pid in the name may be reused, so only the lock says whether a writer is
 alive; the host tag keeps one machine from judging another's files on a shared
 file system whose locks may be local.
+
+A write can be cancelled from another thread: ``cancellable_writes(cancellation)``
+puts the ``atomic_writer`` calls made under it (in that thread or context) under
+a ``WriteCancellation``. Once ``cancel()`` returns, none of them renames into
+place any more: each raises ``WriteCancelled`` at its next write to the disk or
+before its rename, and removes its temporary file. ``polyprof.exporting`` uses
+it to stop an export on Ctrl-C.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import functools
 import gzip
@@ -33,9 +41,12 @@ import re
 import secrets
 import socket
 import stat
+import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO, Any, cast
+
+import attrs
 
 from polyprof._log import get_logger
 from polyprof.errors import PolyprofError
@@ -58,8 +69,13 @@ __all__ = [
     "OutputPathError",
     "OutputPathIsDirectory",
     "OutputPermissionError",
+    "WriteCancellation",
+    "WriteCancelled",
     "atomic_writer",
+    "cancellable_writes",
     "check_writable_path",
+    "file_ids",
+    "host_tag",
     "is_gzip_path",
     "prepare_output_directory",
 ]
@@ -115,9 +131,95 @@ class OutputNameTooLong(OutputPathError):
     default_errno = errno.ENAMETOOLONG
 
 
+class WriteCancelled(BaseException):
+    """An atomic write was stopped by its ``WriteCancellation``; its temporary file is removed.
+
+    A ``BaseException``, as ``asyncio.CancelledError`` is: an exporter's ``except Exception``
+    must not turn a cancelled write into a finished one.
+    """
+
+
+@attrs.define(eq=False)
+class WriteCancellation:
+    """A switch that stops the atomic writes started under it (``cancellable_writes``).
+
+    ``cancel()`` and each write's rename take the same lock, so after ``cancel()`` returns
+    no write under it renames into place: it has either done so already or never will.
+    ``cancel()`` sets its flag before it waits for that lock: an interrupt that ends the wait
+    (a second Ctrl-C) leaves the write cancelled all the same.
+    """
+
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    _cancelled: bool = attrs.field(default=False, init=False)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        self._cancelled = True  # first, and without blocking: no write checks in after this
+        with self._lock:  # a rename already under way ends before this returns
+            pass
+
+    def check(self) -> None:
+        """Raise ``WriteCancelled`` once cancelled."""
+        if self._cancelled:
+            raise WriteCancelled("the write was cancelled")
+
+    @contextlib.contextmanager
+    def committing(self) -> Iterator[None]:
+        """Hold off ``cancel()`` while a finished write is renamed into place; raise if it came first."""
+        with self._lock:
+            self.check()
+            yield
+
+
+_cancellation: contextvars.ContextVar[WriteCancellation | None] = contextvars.ContextVar(
+    "polyprof_write_cancellation", default=None
+)
+
+
+@contextlib.contextmanager
+def cancellable_writes(cancellation: WriteCancellation) -> Iterator[None]:
+    """Put every ``atomic_writer`` started in this block (this context) under ``cancellation``."""
+    token = _cancellation.set(cancellation)
+    try:
+        yield
+    finally:
+        _cancellation.reset(token)
+
+
+class _CheckedFileIO(io.FileIO):
+    """A temporary file whose every write to the disk first asks whether the write was cancelled.
+
+    The lowest layer: what the buffering and gzip layers above hand down comes through here.
+    """
+
+    cancellation: WriteCancellation | None = None
+
+    def write(self, data: Any, /) -> int:
+        if self.cancellation is not None:
+            self.cancellation.check()
+        return super().write(data)
+
+
 def is_gzip_path(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` asks for gzip compression (it ends in ``.gz``)."""
     return os.fspath(path).lower().endswith(".gz")
+
+
+def file_ids(paths: Iterable[str]) -> set[tuple[int, int]]:
+    """The (device, inode) of each path that exists, links followed: the same file by any name.
+
+    An output whose id is among its inputs' would be written over one of them."""
+    ids = set()
+    for path in paths:
+        try:
+            seen = os.stat(path)
+        except (OSError, ValueError):  # missing, unreadable, or a name with a NUL byte
+            continue
+        ids.add((seen.st_dev, seen.st_ino))
+    return ids
 
 
 def _parent_dir(path: str) -> str:
@@ -251,14 +353,14 @@ def _nearest_existing_ancestor(path: str) -> tuple[str, str]:
 
 
 @functools.cache
-def _host_tag() -> str:
+def host_tag() -> str:
     """8 hex digits naming this machine in temporary file names (pids mean nothing elsewhere)."""
     return f"{zlib.crc32(socket.gethostname().encode('utf-8', 'surrogateescape')):08x}"
 
 
 def _temp_name(pid: int | None = None) -> str:
     """A fresh temporary file name, short whatever the destination's name is."""
-    return f".polyprof-{_host_tag()}-{os.getpid() if pid is None else pid}-{secrets.token_hex(4)}.tmp"
+    return f".polyprof-{host_tag()}-{os.getpid() if pid is None else pid}-{secrets.token_hex(4)}.tmp"
 
 
 def _create_temp(directory: str) -> tuple[int, str]:
@@ -308,7 +410,7 @@ def _remove_leftover_temps(directory: str) -> None:
             names = [entry.name for entry in scan if entry.name.startswith(".polyprof-")]
     except OSError:
         return
-    host, own_pid = _host_tag(), os.getpid()
+    host, own_pid = host_tag(), os.getpid()
     for name in names:
         match = _TEMP_NAME.fullmatch(name)
         if match is not None and match["host"] == host and int(match["pid"]) != own_pid:
@@ -384,13 +486,17 @@ def atomic_writer(
     is replaced, only when the ``with`` block ends without an exception; on an
     exception (``KeyboardInterrupt`` included) the temporary file is deleted and
     the exception propagates. Leftovers of killed writers in the destination's
-    directory are removed first.
+    directory are removed first. Under ``cancellable_writes`` a cancelled write
+    raises ``WriteCancelled`` at its next write to the disk or before its rename.
     """
     path = check_writable_path(path)
     if gzip_level is not None and not (isinstance(gzip_level, int) and 0 <= gzip_level <= 9):
         raise ValueError(
             f"gzip_level must be an int from 0 (no compression) to 9 (smallest), not {gzip_level!r}"
         )
+    cancellation = _cancellation.get()
+    if cancellation is not None:
+        cancellation.check()
     directory = _parent_dir(path)
     _remove_leftover_temps(directory)
     try:
@@ -400,7 +506,9 @@ def atomic_writer(
         if translated is None:
             raise
         raise translated from exc
-    raw = os.fdopen(fd, "wb")
+    disk = _CheckedFileIO(fd, "wb")
+    disk.cancellation = cancellation
+    raw = io.BufferedWriter(disk)
     layers: list[IO[Any]] = []  # outermost first; closed in that order
     committed = False
     try:
@@ -427,12 +535,14 @@ def atomic_writer(
         if fcntl is None:
             raw.close()  # Windows renames no open file; there is no lock to keep
         # The lock is held through the rename: a sweep must never take a finished temp file for a leftover.
-        os.replace(temp, path)
-        committed = True
+        with contextlib.nullcontext() if cancellation is None else cancellation.committing():
+            os.replace(temp, path)
+            committed = True
         raw.close()
         _fsync_directory(directory)
     finally:
         if not committed:
+            disk.cancellation = None  # closing flushes what is buffered: into the file about to go
             for layer in layers:
                 with contextlib.suppress(Exception):
                     layer.close()

@@ -5,7 +5,10 @@ the entry points installed distributions declare; ``resolve_allow_list`` turns
 the allow-list into the entry points it selects; ``plan_third_party`` decides,
 for each third-party entry point, whether it loads or why it is blocked
 (autoload off, left out of the allow-list, or an entry-point name that another
-distribution or a built-in also declares: a conflict fails closed). The
+distribution or a built-in also declares: a conflict fails closed, except that
+polyprof's own plugin distributions (``OWNED_NAMES``: polyprof-cuda's ``cuda``,
+polyprof-xpu's ``xpu``) keep their names by default, with a warning naming
+both distributions and how to pick the other). The
 registry (``polyprof.registry.make_plugin_manager``) then loads what the plan
 says.
 """
@@ -45,6 +48,12 @@ BUILTIN_PLUGINS: Final[Mapping[str, str]] = types.MappingProxyType(
         "itt_export": "polyprof_builtins.itt_export",
         "parquet_trace": "polyprof_builtins.parquet_trace",
     }
+)
+
+#: polyprof's own plugin distributions, by the entry-point name each declares. A name declared by
+#: one of these and by another distribution loads this one by default (``plan_third_party``).
+OWNED_NAMES: Final[Mapping[str, str]] = types.MappingProxyType(
+    {"cuda": "polyprof-cuda", "xpu": "polyprof-xpu"}
 )
 
 #: Set to 1 to stop loading third-party plugins from entry points.
@@ -319,8 +328,12 @@ def _conflict_reason(
     *,
     builtin: bool,
     source: str,
+    owners_load: bool = False,
 ) -> str | None:
-    """Why ``candidate`` may not load under its entry-point name, or None when it may."""
+    """Why ``candidate`` may not load under its entry-point name, or None when it may.
+
+    :param owners_load: polyprof's own plugins (``OWNED_NAMES``) load under their contested names.
+    """
     name = candidate.name
     if builtin:  # built-ins load first and are never replaced
         return (
@@ -332,10 +345,56 @@ def _conflict_reason(
     chosen = sorted(c.distribution or "?" for c in selected if c.name == name)
     if chosen:
         return f"conflict: entry-point name {name!r} is also declared by {chosen[0]}, which {source} picks"
+    if _kept_by_its_owner(candidate, rivals, owners_load):
+        return (
+            f"conflict: entry-point name {name!r} belongs to {OWNED_NAMES[name]}, which loads in its place; "
+            f"to load this one, set {ALLOW_LIST_ENV}={_spelled(candidate)}"
+        )
     return (
         f"conflict: entry-point name {name!r} is also declared by {', '.join(rivals)}; none of them loads "
         f"unless {ALLOW_LIST_ENV} names one as DIST:NAME (e.g. {_spelled(candidate)})"
     )
+
+
+def _owner_keeps_its_name(candidate: EntryPointCandidate, rivals: Sequence[str]) -> bool:
+    """Whether ``candidate`` is polyprof's own plugin for its contested name."""
+    owner = OWNED_NAMES.get(candidate.name)
+    return bool(rivals) and owner is not None and _dist_key(candidate) == canonical_name(owner)
+
+
+#: The contested names already warned about in this process, as (name, chosen, the others):
+#: every plugin manager plans again (one per profile when the installed set changes, ``polyprof
+#: plugins``), and the same warning each time would bury the first.
+_contested_warned: set[tuple[str, str | None, tuple[str, ...]]] = set()
+_contested_lock = threading.Lock()
+
+
+def _warn_owner_chosen(candidate: EntryPointCandidate, rivals: Sequence[str]) -> None:
+    """Say which plugin has the contested name, why, and how to pick another (once per process)."""
+    key = (candidate.name, candidate.distribution, tuple(rivals))
+    with _contested_lock:
+        if key in _contested_warned:
+            return
+        _contested_warned.add(key)
+    message = (
+        f"entry-point name {candidate.name!r} is declared by {candidate.distribution} and by "
+        f"{', '.join(rivals)}; polyprof loads {candidate.distribution}, polyprof's own plugin for it. "
+        f"To load another, set {ALLOW_LIST_ENV}=DIST:{candidate.name} "
+        f"(e.g. {ALLOW_LIST_ENV}={rivals[0]}:{candidate.name})"
+    )
+    log.warning(
+        "plugin_name_contested",
+        plugin=candidate.name,
+        chosen=candidate.distribution,
+        not_loaded=list(rivals),
+    )
+    warnings.warn(message, PolyprofWarning, stacklevel=4)
+
+
+def _kept_by_its_owner(candidate: EntryPointCandidate, rivals: Sequence[str], owners_load: bool) -> bool:
+    """Whether ``candidate`` is blocked because polyprof's own plugin keeps its contested name."""
+    owner = OWNED_NAMES.get(candidate.name)
+    return owners_load and owner is not None and canonical_name(owner) in {canonical_name(r) for r in rivals}
 
 
 def plan_third_party(
@@ -358,6 +417,9 @@ def plan_third_party(
     :param source: how the allow-list is named in reasons (the environment variable, or
         "the allow-list" when given in code).
     """
+    # By default (autoload on, no allow-list) polyprof's own plugins keep their names; an allow-list
+    # picks by itself (resolve_allow_list).
+    owners_load = autoload and allowed is None
     providers: dict[str, list[EntryPointCandidate]] = {}
     for candidate in third_party:
         providers.setdefault(candidate.name, []).append(candidate)
@@ -369,16 +431,22 @@ def plan_third_party(
         else:
             others = (c for c in providers[candidate.name] if _dist_key(c) != _dist_key(candidate))
             rivals = sorted({c.distribution or "?" for c in others})
-        conflict = _conflict_reason(
-            candidate, rivals, selected, builtin=candidate.name in taken, source=source
-        )
-        if conflict is not None:
-            log.warning(
-                "plugin_name_conflict",
-                plugin=candidate.name,
-                distribution=candidate.distribution,
-                conflicts_with=rivals,
+        builtin = candidate.name in taken
+        if owners_load and not builtin and _owner_keeps_its_name(candidate, rivals):
+            _warn_owner_chosen(candidate, rivals)
+            conflict = None
+        else:
+            conflict = _conflict_reason(
+                candidate, rivals, selected, builtin=builtin, source=source, owners_load=owners_load
             )
+        if conflict is not None:
+            if not _kept_by_its_owner(candidate, rivals, owners_load):  # else plugin_name_contested said it
+                log.warning(
+                    "plugin_name_conflict",
+                    plugin=candidate.name,
+                    distribution=candidate.distribution,
+                    conflicts_with=rivals,
+                )
             decisions.append(PluginDecision(candidate, conflict, tuple(rivals)))
         elif allowed is not None and not named:
             listed = ", ".join(sorted(allowed))
@@ -398,6 +466,7 @@ __all__ = [
     "CORE_DISTRIBUTION",
     "DISABLE_AUTOLOAD_ENV",
     "ENTRY_POINT_GROUP",
+    "OWNED_NAMES",
     "EntryPointCandidate",
     "PluginDecision",
     "PluginSelectionError",

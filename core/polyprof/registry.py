@@ -93,6 +93,10 @@ class UnknownExporterError(PolyprofError, ValueError):
     """No loaded plugin offers an exporter of the requested name."""
 
 
+class ExporterFailedError(UnknownExporterError):
+    """The plugin that provides the requested exporter failed to make it; the message gives its reason."""
+
+
 def _core_version() -> str:
     from polyprof import __version__
 
@@ -697,7 +701,8 @@ class PolyprofPluginManager(pluggy.PluginManager):
         Raises ``UnknownExporterError`` listing the available names. With
         ``isolate_errors``, a plugin whose hook raises or returns something
         other than an ``Exporter`` is skipped (and recorded) and the next one
-        asked.
+        asked; when none makes it and a plugin declaring ``name`` failed, the
+        error is an ``ExporterFailedError`` naming that plugin and its reason.
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"exporter name must be a non-empty str, not {name!r}")
@@ -707,6 +712,7 @@ class PolyprofPluginManager(pluggy.PluginManager):
         # One plugin at a time (each once), so that a plugin skipped for a bad answer hands over
         # to the next.
         asked: list[object] = []
+        failures_before = len(self.hook_failures())
         for impl in reversed(impls):
             if any(impl.plugin is plugin for plugin in asked):
                 continue
@@ -727,16 +733,30 @@ class PolyprofPluginManager(pluggy.PluginManager):
                 with self._lock:
                     self._exporters_made.append(exporter)
                 return exporter
+        failed = [f for f in self.hook_failures()[failures_before:] if f.hook == hook]
+        self._raise_if_provider_failed(name, failed)
         for info in self.plugin_infos():
             if not info.loaded and info.capabilities is not None and name in info.capabilities.exporters:
                 raise UnknownExporterError(
                     f"exporter {name!r} comes from plugin {info.name!r}, which is {info.display_status}"
                 )
         available = self.exporter_names()
+        also = "".join(f"; {f.label} failed in {hook} ({f.error})" for f in failed)
         raise UnknownExporterError(
             f"no exporter named {name!r}; available exporters: {', '.join(available) or 'none'} "
-            "(see `polyprof plugins`)"
+            f"(see `polyprof plugins`){also}"
         )
+
+    def _raise_if_provider_failed(self, name: str, failed: Sequence[HookFailure]) -> None:
+        """Raise ``ExporterFailedError`` when a plugin declaring the exporter ``name`` failed to make it."""
+        for failure in failed:
+            with self._lock:
+                info = self._infos.get(failure.plugin)
+            if info is not None and info.capabilities is not None and name in info.capabilities.exporters:
+                raise ExporterFailedError(
+                    f"exporter {name!r} could not be made: {failure.label}, which provides it, failed in "
+                    f"polyprof_make_exporter: {failure.error}"
+                )
 
     # -------------------------------------------------------------- shutdown
 
@@ -847,7 +867,12 @@ def make_plugin_manager(
 
     taken = {info.name: info.distribution or CORE_DISTRIBUTION for info in pm.plugin_infos()}
     plan = plan_third_party(
-        third_party, taken=taken, allowed=allowed, selected=selected, autoload=autoload, source=allow_source
+        third_party,
+        taken=taken,
+        allowed=allowed,
+        selected=selected,
+        autoload=autoload,
+        source=allow_source,
     )
     for decision in plan:
         candidate = decision.candidate
@@ -943,6 +968,7 @@ __all__ = [
     "PLUGIN_STATUSES",
     "TRACE_ENV",
     "EntryPointCandidate",
+    "ExporterFailedError",
     "HookFailure",
     "PluginCallError",
     "PluginFailureWarning",

@@ -108,6 +108,9 @@ class Session:
     _on_bus: bool = False
     #: Per-tracer decode failures counted by the bus before this recording.
     _errors_before: dict = attrs.field(factory=dict)
+    #: Third-party tracers left out of this recording because their ``prepare()`` or ``start()``
+    #: raised, with the note the trace keeps about each (``_leave_out``).
+    _left_out: dict[int, str] = attrs.field(factory=dict)
 
     @classmethod
     def create(
@@ -177,16 +180,53 @@ class Session:
     # ---------------------------------------------------------- recording
 
     def prepare(self, trace_id: str = "") -> None:
-        """Warm up every tracer (caller's thread); a new ``trace_id`` reaches them through ``configure``."""
+        """Warm up every tracer (caller's thread); a new ``trace_id`` reaches them through ``configure``.
+
+        A third-party tracer whose ``prepare()`` raises is left out of this recording (``_leave_out``).
+        """
         if trace_id and trace_id != self.config.trace_id:
             self.config = attrs.evolve(self.config, trace_id=trace_id)
             for tracer in self.tracers:
                 tracer.configure(self.config)
+        self._left_out = {}
         for tracer in self.tracers:
-            tracer.prepare()
+            try:
+                tracer.prepare()
+            except Exception as exc:
+                if self._is_essential(tracer):
+                    raise
+                self._leave_out(tracer, "prepare", exc)
+
+    def _is_essential(self, tracer: Tracer) -> bool:
+        """Whether a failure of ``tracer`` stops the recording: it is a built-in's (torch's collector), or
+        of unknown origin. A third-party tracer's failure costs only its own events."""
+        pm = self.plugin_manager
+        plugin = pm.plugin_of(tracer)
+        if plugin is None:
+            return True
+        try:
+            return bool(pm.plugin_info(plugin).builtin)
+        except KeyError:
+            return True
+
+    def _leave_out(self, tracer: Tracer, step: str, exc: Exception) -> None:
+        """Record without ``tracer``, which failed in ``step``: warned, and noted in the trace.
+
+        A tracer that failed to start is stopped (it may be half started); its outbox is closed so
+        that the bus does not wait for it.
+        """
+        if step == "start":
+            _stop_quietly(tracer)
+        tracer.outbox.close()
+        self._left_out[id(tracer)] = self._tracer_failed(tracer, step, exc)
 
     def start(self) -> None:
-        """Start every tracer; they join the bus now if a streamed subscriber is there, else at the end."""
+        """Start every tracer; they join the bus now if a streamed subscriber is there, else at the end.
+
+        A third-party tracer whose ``start()`` raises is left out of this recording: the others
+        record, a ``PluginFailureWarning`` names the tracer's plugin and the error, and the trace's
+        notes say so. A built-in tracer's failure (torch's collector) stops the start.
+        """
         if self._closed:
             raise RuntimeError("this session is closed; a recording used again makes a new session")
         if any(not isinstance(subscriber, Sink) for subscriber in self.subscribers):
@@ -194,11 +234,20 @@ class Session:
         started: list[Tracer] = []
         try:
             for tracer in self.tracers:
-                tracer.start()
+                if id(tracer) in self._left_out:
+                    continue
+                try:
+                    tracer.start()
+                except Exception as exc:
+                    if self._is_essential(tracer):
+                        raise
+                    self._leave_out(tracer, "start", exc)
+                    continue
                 started.append(tracer)
         except BaseException:
             for tracer in reversed(started):
                 _stop_quietly(tracer)
+            self._left_out = {}
             self._finish_on_bus()
             self.collector.take()
             raise
@@ -212,8 +261,10 @@ class Session:
         are kept, a ``PluginFailureWarning`` names the tracer's plugin and the
         error, and the trace's notes say which tracer failed.
         """
-        notes: list[str] = []
+        notes = list(self._left_out.values())
         for index, tracer in enumerate(self.tracers):
+            if id(tracer) in self._left_out:
+                continue  # never started: nothing to stop
             try:
                 tracer.stop()
             except Exception as exc:  # noqa: BLE001 - one plugin's failure must not cost the recording
@@ -226,10 +277,11 @@ class Session:
                 self._discard_after_interrupt(self.tracers[index + 1 :], interrupted=tracer)
                 raise
         self._recording = False
+        left_out, self._left_out = frozenset(self._left_out), {}
         if not self._finish_on_bus():
             log.error("bus_finish_timed_out", statistics=str(self.bus.statistics()))
         failed = self._tracers_that_failed()
-        return self._assemble(metadata_json or {}, trace_id, failed, notes)
+        return self._assemble(metadata_json or {}, trace_id, failed, notes, left_out)
 
     def _discard_after_interrupt(self, unstopped: Sequence[Tracer], *, interrupted: Tracer) -> None:
         for tracer in unstopped:
@@ -288,8 +340,10 @@ class Session:
         if not self._recording:
             return
         for tracer in self.tracers:
-            _stop_quietly(tracer)
+            if id(tracer) not in self._left_out:
+                _stop_quietly(tracer)
         self._recording = False
+        self._left_out = {}
         self._finish_on_bus()
         self.collector.take()
 
@@ -313,12 +367,19 @@ class Session:
         trace_id: str,
         failed: Sequence[str] = (),
         failure_notes: Sequence[str] = (),
+        left_out: frozenset[int] = frozenset(),
     ) -> Trace:
+        """The trace of this recording; the tracers whose ids are in ``left_out`` did not record it.
+
+        Those are not asked for metadata: they may still report an earlier recording's span.
+        """
         facts: dict[str, Any] = {}
         notes = [*failure_notes, *(f"tracer {name!r} failed; its events are missing" for name in failed)]
         device_properties: list[Any] = []
         extra_meta: dict[str, str] = {}
         for tracer in self.tracers:
+            if id(tracer) in left_out:
+                continue
             try:
                 meta = tracer.trace_metadata() or {}
             except Exception as exc:  # noqa: BLE001 - the events stand without this tracer's metadata

@@ -63,6 +63,7 @@ from polyprof.components import Capabilities, Exporter
 from polyprof.config import ProfileConfig
 from polyprof.distributed import distributed_info
 from polyprof.events import API_CALL_KINDS, HOST_KINDS, DeviceType, EventBatch, EventKind, kind_codes
+from polyprof.exporting import check_export_suffix
 from polyprof.fileio import atomic_writer, check_writable_path
 from polyprof.hookspecs import hookimpl
 from polyprof.kineto_format import (
@@ -1279,6 +1280,7 @@ class ChromeTraceExporter(Exporter):
                 f"unknown option(s) {unknown} for the {EXPORTER_NAME!r} exporter; "
                 f"valid options: {list(VALID_OPTIONS)}"
             )
+        check_export_suffix(EXPORTER_NAME, path)  # t.parquet is refused, pointing to "parquet"
         return write_chrome_trace(trace, path, gzip_level=options.get("gzip_level"))
 
 

@@ -5,6 +5,9 @@ The file holds exactly the trace that the "chrome" exporter writes, as the colum
 ``polyprof convert trace.parquet trace.json`` gives back the Chrome trace, and DuckDB, pandas or
 polars read the events without parsing JSON. Needs pyarrow (``pip install 'polyprof[analysis]'``).
 
+The path must end in ``.parquet`` (``polyprof.exporting.check_export_suffix``): ``polyprof convert``
+and ``polyprof report`` tell a Parquet trace by that suffix.
+
 Options: ``compression`` (``zstd``, the default, ``snappy``, ``gzip``, ``lz4``, ``brotli`` or
 ``none``).
 """
@@ -18,6 +21,7 @@ import orjson
 from polyprof.columnar import DEFAULT_COMPRESSION, check_compression, pyarrow_modules, write_parquet_trace
 from polyprof.components import Capabilities, Exporter
 from polyprof.config import ProfileConfig
+from polyprof.exporting import check_export_suffix
 from polyprof.fileio import check_writable_path
 from polyprof.hookspecs import hookimpl
 from polyprof.trace import Trace
@@ -41,6 +45,7 @@ class ParquetTraceExporter(Exporter):
                 f"valid options: {list(VALID_OPTIONS)}"
             )
         compression = check_compression(options.get("compression", DEFAULT_COMPRESSION))
+        check_export_suffix(EXPORTER_NAME, path)
         path = check_writable_path(path)
         pyarrow_modules()  # fail before the trace is rendered when pyarrow is missing
         # The chrome exporter's own text, parsed: the file holds exactly its trace (memory: the text,

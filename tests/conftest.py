@@ -50,6 +50,7 @@ PLUGIN_HOST_FILES = (
     "test_registry.py",
     "test_plugin_faults.py",
     "test_plugin_reuse.py",
+    "test_exporter_plugin_faults.py",
 )
 #: The optional dependencies' tests (marker ``optional_extras``), paths from the repository root:
 #: pyarrow, duckdb and ray (the many-rank report), and the GPU plugin distributions' own tests
@@ -60,6 +61,9 @@ OPTIONAL_EXTRAS_PATHS = (
     "tests/test_rank_report.py",
     "tests/test_merge.py",
     "tests/test_rank_ray.py",
+    "tests/test_rank_engine_faults.py",
+    "tests/test_trace_commands_faults.py",
+    "tests/test_trace_commands_matrix.py",
     "plugins_cuda/tests/test_*.py",
     "plugins_xpu/tests/test_*.py",
 )

@@ -297,10 +297,7 @@ def test_a_damaged_polyprof_parquet_file_is_named_and_the_others_converted(
     (traces / "c.parquet").write_bytes(profiles["parquet"].read_bytes())
     assert cli_main(["convert", str(traces), "-o", str(tmp_path / "out"), "--to", "json"]) == 1
     err = capsys.readouterr().err
-    assert (
-        f"skipped {traces / 'a.parquet'}: {traces / 'a.parquet'}: not a readable polyprof Parquet trace"
-        in err
-    )
+    assert f"skipped {traces / 'a.parquet'}: not a readable polyprof Parquet trace" in err
     assert f"skipped {traces / 'b.parquet'}: " in err and "lacks the columns ['args']" in err
     assert sorted(os.listdir(tmp_path / "out")) == ["c.json"]
     assert cli_main(["report", str(traces / "a.parquet")]) != 0

@@ -81,7 +81,7 @@ def clean_env(monkeypatch):
 def test_builtin_plugins_match_pyproject():
     project = load_toml(REPO / "pyproject.toml")["project"]
     assert project["entry-points"][ENTRY_POINT_GROUP] == dict(BUILTIN_PLUGINS)
-    assert project["scripts"]["polyprof"] == "polyprof.cli:main"
+    assert project["scripts"]["polyprof"] == "polyprof.cli:console_main"
 
 
 def test_example_distribution_metadata():
@@ -113,9 +113,9 @@ def test_editable_install_entry_points_resolve():
         assert spec is not None and spec.origin, f"entry point {name} -> {ep.value} does not resolve"
         assert Path(spec.origin).resolve().is_relative_to(REPO / "plugins"), spec.origin
     [script] = [ep for ep in dist.entry_points if ep.group == "console_scripts" and ep.name == "polyprof"]
-    from polyprof.cli import main
+    from polyprof.cli import console_main
 
-    assert script.load() is main
+    assert script.load() is console_main
     # And the registry finds them through the same metadata.
     pm = make_plugin_manager(autoload=True, allow=())
     by_name = {info.name: info for info in pm.plugin_infos()}
@@ -287,7 +287,7 @@ def test_wheel_contents(wheel_venv):
     sources = ("kineto_reader", "chrome_lines", "chrome_columns")
     assert {f"polyprof/native/{name}.cpp" for name in sources} <= names
     assert not any(n.startswith(("core/", "plugins/", "tests/", "docs/")) for n in names)
-    assert "[polyprof]" in entry_text and "polyprof = polyprof.cli:main" in entry_text
+    assert "[polyprof]" in entry_text and "polyprof = polyprof.cli:console_main" in entry_text
     for name, module in BUILTIN_PLUGINS.items():
         assert f"{name} = {module}" in entry_text
 

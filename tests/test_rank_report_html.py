@@ -104,3 +104,13 @@ def test_chromium_renders_the_page_with_its_plots(page: Path, tmp_path: Path) ->
     )
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a page with plots, not a blank one
+
+
+def test_a_page_of_one_rank_says_1_rank(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    write_json(run / "r0.json", synthetic_rank(0, 1, [100.0]))
+    out = tmp_path / "report.html"
+    assert cli_main(["report", str(run), "--format", "html", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "<title>polyprof report: 1 rank</title>" in text
+    assert "<h1>polyprof report: 1 rank</h1>" in text and "1 ranks" not in text

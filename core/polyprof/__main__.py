@@ -1,6 +1,6 @@
 """``python -m polyprof``: the same as the ``polyprof`` command."""
 
-from polyprof.cli import main
+from polyprof.cli import console_main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(console_main())

@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import textwrap
 from collections import Counter
@@ -22,11 +23,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from polyprof import __version__, torch_support
+from polyprof._log import get_logger
 from polyprof.cli_convert import add_convert_command
 from polyprof.cli_merge import add_merge_command
-from polyprof.cli_report import add_report_command
+from polyprof.cli_report import add_report_command, terminal_safe
 from polyprof.cli_run import add_run_command
-from polyprof.errors import PolyprofError
+from polyprof.errors import EXIT_INTERRUPTED, EXIT_USAGE, PolyprofError
+from polyprof.fileio import OutputPathError
 from polyprof.registry import (
     ALLOW_LIST_ENV,
     DISABLE_AUTOLOAD_ENV,
@@ -36,6 +39,8 @@ from polyprof.registry import (
     env_flag,
     make_plugin_manager,
 )
+
+log = get_logger(__name__)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -233,7 +238,7 @@ def run_kineto_reader_command(args: argparse.Namespace) -> int:
     reason = torch_support.unsupported_reason()
     if reason is not None:
         sys.stderr.write(f"polyprof kineto-reader: {reason}\n")
-        return 2
+        return EXIT_USAGE
     if args.action == "build":
         state = native_reader.build(force=args.force)
         sys.stdout.write(f"compiled reader: {state.describe()}\n")
@@ -259,8 +264,62 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+#: What argparse reads as a value, not an option, after an option that takes one: a leading '-' then a
+#: digit or '.digit' (``-5GB``, ``-1,1,2``, ``-.5``), as the newest argparse reads it. No polyprof
+#: option starts so.
+NEGATIVE_VALUE = re.compile(r"-\.?\d")
+
+
+def read_negative_looking_values_as_values(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` read an argument that starts like a negative number (``NEGATIVE_VALUE``) as a
+    value, not as an option.
+
+    argparse has no public setting for this: it decides with its private ``_negative_number_matcher``,
+    which in the Pythons polyprof supports matches plain numbers only (``-5``, ``-1.5``; the newest
+    match ``NEGATIVE_VALUE``), so that ``--memory-limit -5GB`` is "expected one argument". This is
+    the one place polyprof touches argparse's internals; tests/test_cli_usage.py fails if argparse
+    drops or renames the attribute.
+    """
+    parser._negative_number_matcher = NEGATIVE_VALUE
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse's parser, reading a value that starts like a negative number as a value.
+
+    ``--memory-limit -5GB`` and ``--schedule -1,1,2`` then reach the option's own check, which
+    says what is wrong (``read_negative_looking_values_as_values``). Its subcommands' parsers are of
+    ``SubcommandParser``, kept by name in ``commands``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        read_negative_looking_values_as_values(self)
+        self.commands: dict[str, argparse.ArgumentParser] = {}
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        kwargs.setdefault("parser_class", SubcommandParser)
+        subparsers = super().add_subparsers(**kwargs)
+        self.commands = subparsers.choices
+        return subparsers
+
+
+class SubcommandParser(CommandParser):
+    """A subcommand's parser: what it does not know is its own usage error.
+
+    argparse hands a subcommand's unknown arguments back to the top-level parser, whose error
+    shows polyprof's usage and ``polyprof: error:``; this one shows the command's usage and
+    ``polyprof COMMAND: error:``, as for any other usage error of the command.
+    """
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        parsed, unknown = super().parse_known_args(args, namespace)
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return parsed, unknown
+
+
+def build_parser() -> CommandParser:
+    parser = CommandParser(
         prog="polyprof",
         description="polyprof: torch.profiler's API and output, faster, with any accelerator by plugin.",
     )
@@ -275,26 +334,85 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``polyprof`` command; returns the exit code."""
+    """Run the ``polyprof`` command; returns the exit code, ``EXIT_INTERRUPTED`` after Ctrl-C.
+
+    For a caller in this process (tests, a program that runs the command); the ``polyprof``
+    command itself is ``console_main``.
+    """
+    try:
+        return _run_command(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def console_main() -> int:
+    """The ``polyprof`` command and ``python -m polyprof``: ``main`` on ``sys.argv``, but Ctrl-C
+    ends the process as it ends python: by SIGINT, so that a shell loop stops too.
+
+    A shell that gets Ctrl-C while it waits for a command stops its loop or script only when the
+    command died of SIGINT; a command that exits with status 130 is taken to have handled it, and
+    ``for f in *; do polyprof convert ...; done`` would go on with the next file. So the interrupt
+    is raised on out of the program, as python's own: its exit handlers run (a Ray cluster the
+    command started is shut down), then python ends by SIGINT (status 130 in the shell; Windows has
+    its own Ctrl-C status). The command already said "interrupted": no traceback is printed.
+    """
+    try:
+        return _run_command(None)
+    except KeyboardInterrupt:
+        sys.excepthook = _quiet_about_interrupts(sys.excepthook)
+        raise
+
+
+def _quiet_about_interrupts(hook: Callable[..., Any]) -> Callable[..., Any]:
+    def excepthook(kind: type[BaseException], value: BaseException, traceback: Any) -> None:
+        if not issubclass(kind, KeyboardInterrupt):
+            hook(kind, value, traceback)
+
+    return excepthook
+
+
+def _run_command(argv: Sequence[str] | None) -> int:
+    """Parse ``argv`` and run its command; after Ctrl-C, says so and raises ``KeyboardInterrupt``."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors: argparse already printed
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     configure_logging(args.verbose)
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)
-        return 2
+        return EXIT_USAGE
+    prog = parser.commands[args.command].prog  # "polyprof report": errors carry the command's name
     try:
         return handler(args)
+    except OutputPathError as exc:  # an output that cannot be written is refused, as a usage error
+        print(f"{prog}: error: {terminal_safe(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
     except PolyprofError as exc:
-        print(f"polyprof: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {terminal_safe(str(exc))}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C stops the command: nothing more (the caller ends with 130)
+        print(f"{prog}: interrupted", file=sys.stderr)
+        raise
     except BrokenPipeError:  # `polyprof plugins | head`: the reader left; exit quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
         return 0
+    except OSError as exc:  # the machine refused (disk full, I/O error): one line, not a traceback
+        log.debug("command_failed", command=args.command, exc_info=True)
+        print(f"{prog}: error: {terminal_safe(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
 
 
-__all__ = ["SUBCOMMANDS", "build_parser", "configure_logging", "format_plugin_table", "main"]
+__all__ = [
+    "SUBCOMMANDS",
+    "CommandParser",
+    "SubcommandParser",
+    "build_parser",
+    "configure_logging",
+    "console_main",
+    "format_plugin_table",
+    "main",
+    "read_negative_looking_values_as_values",
+]

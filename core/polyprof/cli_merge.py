@@ -5,6 +5,11 @@
 Reads the run's traces as ``polyprof report DIR`` does (``polyprof.rank_set``: JSON or Parquet,
 one trace per rank of one run, what is left out named on stderr) and writes them as one trace
 (``polyprof.merge``), atomically. The written path goes to stdout.
+
+Before any trace is read, the output is checked: it may not be one of the traces read (by any name:
+a link, or a file in a directory given), and it and ``--parquet-dir`` must be writable; otherwise
+one line on stderr and exit code 2. SIGTERM ends the command with exit code 143 after its temporary
+files are removed.
 """
 
 from __future__ import annotations
@@ -13,9 +18,18 @@ import argparse
 import sys
 from typing import Any
 
+from polyprof.cli_convert import print_skipped
 from polyprof.cli_report import terminal_safe
-from polyprof.merge import ALIGNMENTS, merge_rank_set
-from polyprof.rank_set import NoTracesError, collect_rank_set, temporary_parquet_dir
+from polyprof.errors import EXIT_USAGE, PolyprofError
+from polyprof.fileio import OutputPathError, check_writable_path, file_ids, prepare_output_directory
+from polyprof.merge import ALIGNMENTS, AlignmentError, merge_rank_set
+from polyprof.rank_set import collect_rank_set, sigterm_exits, sources_of, temporary_parquet_dir
+
+_PROG = "polyprof merge"
+
+
+class MergeOutputError(OutputPathError):
+    """The merged trace would be written over one of the traces it is made of."""
 
 
 def add_merge_command(subparsers: Any) -> None:
@@ -45,33 +59,46 @@ def add_merge_command(subparsers: Any) -> None:
 
 def run_merge_command(args: argparse.Namespace) -> int:
     if not args.output.lower().endswith((".json", ".json.gz")):
-        print(
-            f"polyprof merge: error: {args.output!r}: name the merged trace .json or .json.gz",
-            file=sys.stderr,
+        print(f"{_PROG}: error: {args.output!r}: name the merged trace .json or .json.gz", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with sigterm_exits():
+            _check_output(args)
+            if args.parquet_dir:
+                return _merge(args, args.parquet_dir)
+            with temporary_parquet_dir() as folder:
+                return _merge(args, folder)
+    except AlignmentError as exc:  # the traces are fine, but cannot be aligned as asked
+        print(f"{_PROG}: error: {terminal_safe(str(exc))}", file=sys.stderr)
+        return 1
+    except PolyprofError as exc:  # no traces, an unlistable directory, an unusable output, a full disk
+        print(f"{_PROG}: error: {terminal_safe(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _check_output(args: argparse.Namespace) -> None:
+    """Refuse an output that is one of the inputs or cannot be written, before any work."""
+    check_writable_path(args.output)
+    if file_ids([args.output]) & file_ids(sources_of(list(args.paths))):
+        raise MergeOutputError(
+            f"-o {args.output!r} is one of the traces to merge, which is never written over; "
+            "name another file",
+            args.output,
         )
-        return 2
     if args.parquet_dir:
-        return _merge(args, args.parquet_dir)
-    with temporary_parquet_dir() as folder:
-        return _merge(args, folder)
+        prepare_output_directory(args.parquet_dir)
 
 
 def _merge(args: argparse.Namespace, parquet_dir: str) -> int:
-    try:
-        rank_set = collect_rank_set(list(args.paths), parquet_dir)
-    except NoTracesError as exc:
-        print(f"polyprof merge: error: {terminal_safe(str(exc))}", file=sys.stderr)
-        return 2
+    rank_set = collect_rank_set(list(args.paths), parquet_dir)
     for skipped in rank_set.skipped:
-        print(
-            f"polyprof merge: skipped {terminal_safe(skipped.path)}: {terminal_safe(skipped.reason)}",
-            file=sys.stderr,
-        )
+        print_skipped(_PROG, skipped.path, skipped.reason)
     summary = merge_rank_set(rank_set, args.output, align=args.align)
     shifted = [f"rank {rank} {ns / 1e6:+.3f} ms" for rank, ns in summary.shifts_ns if ns]
-    done = f"{len(summary.ranks)} ranks, {summary.events:,} events, clocks aligned by {summary.align}"
-    print(f"polyprof merge: {done}" + (f" ({', '.join(shifted)})" if shifted else ""), file=sys.stderr)
-    print(summary.path)
+    ranks = f"{len(summary.ranks)} rank{'' if len(summary.ranks) == 1 else 's'}"
+    done = f"{ranks}, {summary.events:,} events, clocks aligned by {summary.align}"
+    print(f"{_PROG}: {done}" + (f" ({', '.join(shifted)})" if shifted else ""), file=sys.stderr)
+    print(terminal_safe(summary.path))
     return 0
 
 

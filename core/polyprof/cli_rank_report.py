@@ -6,7 +6,13 @@ directory, or more than one path, it reads every trace there (``.json``, ``.json
 on DuckDB over Parquet files (``polyprof.rank_analysis``) and prints the statistics across ranks
 (``polyprof.rank_report``). JSON traces are converted to Parquet first, one at a time, into
 ``--parquet-dir`` (kept there: report on that directory next time to skip the conversion) or a
-temporary directory (removed).
+temporary directory (removed, also when SIGTERM ends the command: exit code 143).
+
+``-o FILE`` and ``--parquet-dir`` are checked before any trace is read; one that cannot be used,
+an ``-o FILE`` that is one of the traces (by any name), or a disk that fills while the report is
+written, is one line on stderr (``OutputPathError``, ``ReportWriteError``). Traces left out are
+named on stderr; a report written to a file lists them too, the text report on stdout does not
+(they would be on the terminal twice).
 """
 
 from __future__ import annotations
@@ -16,16 +22,33 @@ import os
 import sys
 from typing import Any
 
+import attrs
 import orjson
 
+from polyprof.cli_convert import print_skipped
 from polyprof.cli_report import ReportOptions, load_report_results, render_report, terminal_safe
-from polyprof.fileio import atomic_writer
+from polyprof.errors import PolyprofError
+from polyprof.fileio import (
+    OutputPathError,
+    atomic_writer,
+    check_writable_path,
+    file_ids,
+    prepare_output_directory,
+)
 from polyprof.rank_report import build_rank_report, render_text, report_json
 from polyprof.rank_report_html import render_html
-from polyprof.rank_set import collect_rank_set, temporary_parquet_dir
+from polyprof.rank_set import collect_rank_set, sigterm_exits, sources_of, temporary_parquet_dir
 from polyprof.ranks import ENGINES, rank_rows
 
 FORMATS = ("text", "json", "html")
+
+
+class ReportWriteError(PolyprofError, OSError):
+    """The report could not be written (the disk is full, ...); nothing is left at its path."""
+
+
+class ReportOutputError(OutputPathError):
+    """The report would be written over one of the traces it is made of."""
 
 
 def is_many_rank_request(paths: list[str]) -> bool:
@@ -79,10 +102,25 @@ def run_rank_report(args: argparse.Namespace, options: ReportOptions) -> int:
     from polyprof.rank_report import DEFAULT_STRAGGLER_THRESHOLD
 
     threshold = DEFAULT_STRAGGLER_THRESHOLD if args.straggler_threshold is None else args.straggler_threshold
-    if args.parquet_dir:
-        return _report(args, options, threshold, args.parquet_dir)
-    with temporary_parquet_dir() as folder:
-        return _report(args, options, threshold, folder)
+    with sigterm_exits():
+        if args.output:  # before minutes of conversion and analysis
+            _check_output(args.output, list(args.trace))
+        if args.parquet_dir:
+            prepare_output_directory(args.parquet_dir)
+            return _report(args, options, threshold, args.parquet_dir)
+        with temporary_parquet_dir() as folder:
+            return _report(args, options, threshold, folder)
+
+
+def _check_output(output: str, paths: list[str]) -> None:
+    """Refuse an output that cannot be written or is one of the traces (by any name)."""
+    check_writable_path(output)
+    if file_ids([output]) & file_ids(sources_of(paths)):
+        raise ReportOutputError(
+            f"-o {output!r} is one of the traces to report on, which is never written over; "
+            "name another file",
+            output,
+        )
 
 
 def _report(args: argparse.Namespace, options: ReportOptions, threshold: float, parquet_dir: str) -> int:
@@ -92,10 +130,7 @@ def _report(args: argparse.Namespace, options: ReportOptions, threshold: float, 
     )
     report = build_rank_report(rank_set, rows, straggler_threshold=threshold)
     for skipped in report.rank_set.skipped:  # the analysis may leave out more
-        print(
-            f"polyprof report: skipped {terminal_safe(skipped.path)}: {terminal_safe(skipped.reason)}",
-            file=sys.stderr,
-        )
+        print_skipped("polyprof report", skipped.path, skipped.reason)
     if args.format == "json":
         data: dict[str, Any] = report_json(report)
         if args.per_rank:
@@ -106,20 +141,35 @@ def _report(args: argparse.Namespace, options: ReportOptions, threshold: float, 
     elif args.format == "html":
         text = render_html(report, row_limit=options.row_limit)
     else:
-        text = render_text(report, row_limit=options.row_limit)
+        # the report's own list of the traces left out is for a file; on the terminal, stderr has it
+        shown = (
+            report
+            if args.output
+            else attrs.evolve(report, rank_set=attrs.evolve(report.rank_set, skipped=()))
+        )
+        text = render_text(shown, row_limit=options.row_limit)
         if args.per_rank:
             text += "".join(
-                f"\nRank {r.rank} ({r.source}):\n{_rank_table(r.parquet, options)}"
+                f"\nRank {r.rank} ({terminal_safe(r.source)}):\n{_rank_table(r.parquet, options)}"
                 for r in report.rank_set.ranks
             )
     if args.output:
-        with atomic_writer(args.output) as out:
-            out.write(text)
-        print(args.output)
+        _write_report(args.output, text)
+        print(terminal_safe(args.output))
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
     return 0
+
+
+def _write_report(path: str, text: str) -> None:
+    try:
+        with atomic_writer(path) as out:
+            out.write(text)
+    except OSError as exc:
+        if isinstance(exc, PolyprofError):
+            raise
+        raise ReportWriteError(f"cannot write {path!r}: {exc.strerror or exc}") from exc
 
 
 def _rank_table(parquet: str, options: ReportOptions) -> str:

@@ -57,13 +57,16 @@ characters escaped (``terminal_safe``).
 Exit status: 0 with the table on stdout; 2, with one line on stderr and no
 traceback, for a missing, unreadable, empty, truncated, corrupt or too large
 file, a directory or device, JSON that is not a Chrome trace, a trace without
-profiler events, a table torch could not print either, or a bad option.
+profiler events, a table torch could not print either, a trace ``polyprof merge``
+wrote of several ranks (one table would mix them), or a bad option.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -74,7 +77,8 @@ import attrs
 from polyprof._log import get_logger
 from polyprof.chrome_reader import TraceFileError, max_bytes_from_env, read_chrome_trace, trace_from_chrome
 from polyprof.columnar import is_parquet_path, read_trace_document
-from polyprof.errors import PolyprofError
+from polyprof.errors import EXIT_USAGE, PolyprofError
+from polyprof.kineto_format import MERGE_KEY
 from polyprof.results import ProfileResults
 from polyprof.table import VALID_SORT_KEYS, VALID_TIME_UNITS, TimeShareError
 from polyprof.tree import use_device_for
@@ -89,8 +93,11 @@ __all__ = [
     "UNSORTED",
     "ReportOptions",
     "add_report_command",
+    "check_memory_limit",
     "default_sort_key",
     "load_report_results",
+    "merged_rank_count",
+    "merged_trace_problem",
     "render_report",
     "report_notes",
     "run_report_command",
@@ -104,8 +111,8 @@ UNSORTED = "none"
 SORT_CHOICES: tuple[str, ...] = (AUTO_SORT, UNSORTED, *VALID_SORT_KEYS)
 #: torch's ``table()`` default.
 DEFAULT_ROW_LIMIT = 100
-#: Exit status for input the command cannot use (argparse uses 2 for usage errors too).
-EXIT_BAD_INPUT = 2
+#: Exit status for input the command cannot use: a usage error's.
+EXIT_BAD_INPUT = EXIT_USAGE
 
 _PROG = "polyprof report"
 
@@ -172,6 +179,36 @@ def load_report_results(path: str | os.PathLike[str], *, max_bytes: int | None =
     return ProfileResults(traces=(trace,), use_device=use_device)
 
 
+def merged_rank_count(results: ProfileResults) -> int | None:
+    """How many ranks a trace ``polyprof merge`` wrote holds (its ``polyprofMerge`` key); None for
+    any other trace, 0 when the key does not list them (edited, or another writer's)."""
+    texts = [trace.metadata_json[MERGE_KEY] for trace in results.traces if MERGE_KEY in trace.metadata_json]
+    if not texts:
+        return None
+    try:
+        ranks = json.loads(texts[0])["ranks"]
+    except (ValueError, TypeError, KeyError):
+        return 0
+    return len(ranks) if isinstance(ranks, list) else 0
+
+
+def merged_trace_problem(path: str, results: ProfileResults) -> str | None:
+    """Why ``results``, a merged trace of several ranks, gets no table; None for any other trace.
+
+    The ranks ran at the same time, and one table of them nests one rank's ops inside another's:
+    numbers of no rank, nor their sum. A merge of one rank is that rank's trace, with its table.
+    """
+    count = merged_rank_count(results)
+    if count is None or count == 1:
+        return None
+    ranks = f"{count} ranks" if count else "several ranks"
+    return (
+        f"{path}: polyprof merge's trace of {ranks}, which one table would mix (ops of ranks that ran "
+        "at the same time nest inside each other); run `polyprof report DIR` on the ranks' own traces "
+        "(its polyprofMerge key lists them) for the report across ranks"
+    )
+
+
 def default_sort_key(averages: Sequence[Any]) -> str:
     """``device_time_total`` when some row has device time, else ``cpu_time_total``."""
     has_device_time = any(avg.self_device_time_total > 0 for avg in averages)
@@ -190,6 +227,8 @@ _TERMINAL_CONTROLS = (
     0x2029,
     *range(0x202A, 0x202F),
     *range(0x2066, 0x206A),
+    # Lone surrogates (a JSON "\\ud800" the stdlib parser kept): no terminal encoding can write them.
+    *range(0xD800, 0xE000),
 )
 _ESCAPES = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" for code in _TERMINAL_CONTROLS}
 
@@ -198,8 +237,9 @@ def terminal_safe(text: str) -> str:
     """``text`` with terminal control characters written as escapes (``"\\x1b"``); other text as is.
 
     Names in a trace file are the file's text, and escape sequences in them would
-    drive the terminal that prints the report. Backslashes stay as they are, so
-    the escaping is for display, not a reversible encoding.
+    drive the terminal that prints the report. Lone surrogates (``"\\ud800"``, which
+    JSON can hold and no encoding can write) are escaped too. Backslashes stay as
+    they are, so the escaping is for display, not a reversible encoding.
     """
     return text if text.isprintable() else text.translate(_ESCAPES)
 
@@ -243,6 +283,60 @@ def report_notes(results: ProfileResults) -> list[str]:
 
 # ---------------------------------------------------------------- command line
 
+#: A size as DuckDB's ``memory_limit`` reads one: a number (``2``, ``1.5``, ``.5``, ``1e3``), then a
+#: unit or ``%``. What DuckDB reads otherwise (``-5GB``, ``none``) or refuses, this does not match.
+_SIZE = re.compile(r"\s*(?P<number>(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)\s*(?P<unit>[a-z ]*|%)\s*", re.I)
+
+
+def check_memory_limit(text: str) -> str:
+    """``text`` when DuckDB's ``memory_limit`` takes it as a limit: ``2GB``, ``512MiB``, ``4G``,
+    ``1gigabyte``, ``100000000 bytes``, ``50%`` (of this machine's memory, where the installed DuckDB
+    takes a share), whatever DuckDB reads.
+
+    Refused first, where DuckDB reads them as no limit at all (``-5GB``, any leading minus) or as
+    one that fails every query (``0GB``): a size that is not above 0, or a share above 100%. The
+    rest is DuckDB's to read: a throwaway connection with the limit is opened, so that what DuckDB
+    refuses (``2``: no unit) is said before any trace is read; without DuckDB installed, the
+    engine's error says it is missing.
+
+    :raises ValueError: one line saying what is wrong, with an example.
+    """
+    problem = _misread_memory_limit(text) or _duckdb_refusal(text)
+    if problem is not None:
+        raise ValueError(f"{text!r}: {problem}")
+    return text
+
+
+def _misread_memory_limit(text: str) -> str | None:
+    """What is wrong with ``text`` as a limit that DuckDB would take but read wrongly; None if nothing."""
+    if not text.strip():
+        return "no size given, e.g. 2GB"
+    if text.strip().startswith("-"):
+        return "a size must be positive, e.g. 2GB"
+    match = _SIZE.fullmatch(text)
+    if match is None:  # not a number and a unit: DuckDB says what it takes
+        return None
+    if float(match["number"]) == 0:
+        return "a size must be positive, e.g. 2GB"
+    if match["unit"] == "%" and float(match["number"]) > 100:
+        return "a share of this machine's memory must be at most 100%, e.g. 50%"
+    return None
+
+
+def _duckdb_refusal(text: str) -> str | None:
+    """DuckDB's reason for refusing ``text`` as its ``memory_limit``; None if it takes it, or is not
+    installed."""
+    try:
+        import duckdb
+    except ImportError:
+        return None
+    try:
+        duckdb.connect(config={"memory_limit": text}).close()
+    except duckdb.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"not a size DuckDB takes: {reason}; e.g. 2GB or 512MiB"
+    return None
+
 
 def _row_limit(text: str) -> int:
     try:
@@ -258,13 +352,17 @@ def add_report_command(subparsers: Any) -> None:
     """Add ``polyprof report`` to the ``polyprof`` command's subparsers."""
     parser = subparsers.add_parser(
         "report",
-        help="print the key_averages table of a saved Chrome trace (polyprof's or torch's)",
+        help=(
+            "print a trace's key_averages table, or with a directory / several traces the report across ranks"
+        ),
         description=(
             "Print torch's key_averages().table() for a Chrome trace file (.json or .json.gz) written "
             "by polyprof or by torch.profiler (export_chrome_trace, tensorboard_trace_handler), or for "
             "a Parquet trace (polyprof convert, the parquet exporter). "
             "Needs no torch. Times, counts, shapes and memory match torch's table for the profile "
-            "that wrote the trace; FLOPs are not stored in traces."
+            "that wrote the trace; FLOPs are not stored in traces. With a directory, or several "
+            "traces, it reports across the ranks of a distributed run: per-op statistics over the "
+            "ranks, step times and stragglers (the options under 'many ranks')."
         ),
         epilog=f"Sort keys: {', '.join(VALID_SORT_KEYS)}.",
     )
@@ -316,6 +414,23 @@ def add_report_command(subparsers: Any) -> None:
     parser.set_defaults(handler=run_report_command)
 
 
+def _check_rank_report_options(args: argparse.Namespace) -> None:
+    """What a report across ranks can refuse before it reads a trace: ``--memory-limit`` and ``-o``.
+
+    :raises ValueError: a ``--memory-limit`` DuckDB would not take (or would read as no limit).
+    :raises OutputPathError: ``-o`` names a file that cannot be written.
+    """
+    from polyprof.fileio import check_writable_path
+
+    if args.memory_limit is not None:
+        try:
+            check_memory_limit(args.memory_limit)
+        except ValueError as exc:
+            raise ValueError(f"argument --memory-limit: {exc}") from None
+    if args.output is not None:
+        check_writable_path(args.output)
+
+
 def run_report_command(args: argparse.Namespace) -> int:
     """Print the table of ``args.trace``; one line on stderr and exit 2 when the file is unusable."""
     from polyprof.cli_rank_report import is_many_rank_request, run_rank_report
@@ -334,6 +449,7 @@ def run_report_command(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     if is_many_rank_request(args.trace):
         try:
+            _check_rank_report_options(args)
             return run_rank_report(args, options)
         except (PolyprofError, ValueError) as exc:
             print(f"{_PROG}: error: {terminal_safe(str(exc))}", file=sys.stderr)
@@ -372,6 +488,10 @@ def run_report_command(args: argparse.Namespace) -> int:
             f"(at most {max_bytes} bytes of JSON are read; parsing takes several times that)",
             file=sys.stderr,
         )
+        return EXIT_BAD_INPUT
+    problem = merged_trace_problem(args.trace, results)
+    if problem is not None:
+        print(f"{_PROG}: error: {terminal_safe(problem)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
         table = render_report(results, options)

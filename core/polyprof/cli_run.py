@@ -60,6 +60,7 @@ import textwrap
 from typing import Any, NoReturn, TextIO
 
 from polyprof.activity import ProfilerActivity
+from polyprof.errors import EXIT_USAGE
 from polyprof.exporting import export_timeout_s
 from polyprof.run_options import RunOptions, add_run_options
 from polyprof.run_target import RunTarget, RunUsageError, ScriptOutcome, run_target, script_environment
@@ -71,9 +72,6 @@ from polyprof.whole_script import (
 )
 
 __all__ = ["EXIT_USAGE", "add_run_command", "run_command"]
-
-#: Exit status for usage errors (argparse's) and a missing script or module (python's).
-EXIT_USAGE = 2
 
 
 # ------------------------------------------------------------------ the command

@@ -385,6 +385,37 @@ def top_level_of(metadata: dict[bytes, bytes]) -> dict[str, Any]:
     return top
 
 
+#: What each column holds, by kind: a file whose column holds another kind (a ``ts`` of text) is not
+#: a trace this module wrote, and its values would fail every reader (DuckDB's, the merge's).
+_COLUMN_KINDS = {
+    **dict.fromkeys(("ph", "cat", "name", "pid_label", "tid_label", "id_label", "args", "extra"), "text"),
+    **dict.fromkeys(("pid", "tid", "id"), "integers"),
+    **dict.fromkeys(("ts", "dur"), "numbers"),
+}
+
+
+def _holds(kind: str, arrow_type: Any) -> bool:
+    pa, _ = pyarrow_modules()
+    types = pa.types
+    if types.is_null(arrow_type):  # a column with no value at all
+        return True
+    if kind == "text":
+        return bool(types.is_string(arrow_type) or types.is_large_string(arrow_type))
+    if kind == "integers":
+        return bool(types.is_integer(arrow_type))
+    return bool(types.is_integer(arrow_type) or types.is_floating(arrow_type))
+
+
+def check_column_types(schema: Any, where: str) -> None:
+    """``ValueError`` naming the first column of ``schema`` (an Arrow schema, or some of its fields)
+    that holds another kind of value than a Parquet trace's (a ``ts`` column of text); columns that
+    are missing are not checked here."""
+    for field in schema:
+        kind = _COLUMN_KINDS.get(field.name)
+        if kind is not None and not _holds(kind, field.type):
+            raise ValueError(f"{where}: its column {field.name!r} holds {field.type}, not {kind}")
+
+
 def _check_format(table: Any, where: str) -> dict[bytes, bytes]:
     metadata = table.schema.metadata or {}
     found = metadata.get(FORMAT_KEY)
@@ -397,6 +428,7 @@ def _check_format(table: Any, where: str) -> dict[bytes, bytes]:
         raise ValueError(
             f"{where} is in format {found.decode(errors='replace')!r}; this polyprof reads {FORMAT!r}"
         )
+    check_column_types(table.schema, where)
     return dict(metadata)
 
 
@@ -540,6 +572,7 @@ __all__ = [
     "DEFAULT_COMPRESSION",
     "FORMAT",
     "ParquetUnavailableError",
+    "check_column_types",
     "check_compression",
     "chrome_from_table",
     "is_json_trace_path",

@@ -1,4 +1,4 @@
-"""Exceptions and warnings that polyprof raises on purpose."""
+"""Exceptions and warnings that polyprof raises on purpose, and the exit statuses its command gives them."""
 
 from __future__ import annotations
 
@@ -29,3 +29,9 @@ class PolyprofWarning(UserWarning):
 
 class ProfilerDisabledError(PolyprofError, RuntimeError):
     """Results were asked of a profiler created with ``enabled=False``."""
+
+
+#: Exit status of a usage error (argparse's), and of an input or output a command refuses.
+EXIT_USAGE = 2
+#: Exit status after Ctrl-C: 128 + SIGINT, as a shell reports a command that SIGINT ended.
+EXIT_INTERRUPTED = 130

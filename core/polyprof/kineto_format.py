@@ -172,6 +172,9 @@ PROCESS_SORT_INDEX = "process_sort_index"
 THREAD_NAME = "thread_name"
 THREAD_SORT_INDEX = "thread_sort_index"
 
+#: The top-level key of a trace ``polyprof merge`` wrote: the ranks it holds and their sources.
+MERGE_KEY = "polyprofMerge"
+
 #: The profiler span (category "Trace") and the global instants around the events.
 SPAN_CATEGORY = "Trace"
 SPAN_NAME = "PyTorch Profiler (0)"
@@ -550,6 +553,7 @@ __all__ = [
     "HOST_CATEGORIES",
     "KIND_BY_CATEGORY",
     "MEMORY_EVENT_NAME",
+    "MERGE_KEY",
     "NEWEST_LAYOUT",
     "OUT_OF_MEMORY_EVENT_NAME",
     "PROCESS_LABELS",

@@ -32,18 +32,27 @@ One rank's trace is in memory at a time, and the file is written atomically.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
 import numpy as np
 import orjson
 
+from polyprof.chrome_reader import StdlibParsedDocument
 from polyprof.columnar import chrome_from_table, read_parquet_table, top_level_of
 from polyprof.errors import PolyprofError
 from polyprof.fileio import atomic_writer, check_writable_path
-from polyprof.kineto_format import PROCESS_LABELS, PROCESS_NAME, PROCESS_SORT_INDEX, THREAD_NAME, us_to_ns
+from polyprof.kineto_format import (
+    MERGE_KEY,
+    PROCESS_LABELS,
+    PROCESS_NAME,
+    PROCESS_SORT_INDEX,
+    THREAD_NAME,
+    us_to_ns,
+)
 from polyprof.rank_set import RankSet
 
 ALIGNMENTS = ("wall", "step")
@@ -52,6 +61,10 @@ _STEP_PREFIX = "ProfilerStep#"
 
 class AlignmentError(PolyprofError, ValueError):
     """The alignment asked for cannot be done with these traces."""
+
+
+class MergeWriteError(PolyprofError, OSError):
+    """The merged trace could not be written (the disk is full, ...); nothing is left at its path."""
 
 
 @attrs.frozen
@@ -174,10 +187,17 @@ def _rank_events(
     first_ts = max(offset, 0) / 1000.0
     for old, pid in new_pid.items():
         if pid not in named:  # lanes Kineto names by their pid ("Spans", "Traces")
-            label = old if isinstance(old, str) and old else f"process {old}"
-            yield _metadata(PROCESS_NAME, pid, first_ts, "name", f"rank {rank}: {label}")
+            yield _metadata(PROCESS_NAME, pid, first_ts, "name", f"rank {rank}: {_lane_name(old)}")
         if pid not in sorted_:  # ranks in order, each rank's processes in their first-seen order
             yield _metadata(PROCESS_SORT_INDEX, pid, first_ts, "sort_index", pid)
+
+
+def _lane_name(pid: Any) -> str:
+    """The name of a process the trace does not name: Kineto's lanes are named by their pid; its
+    global instant events (``pid ""``, as on every rank's trace) are the rank's own."""
+    if isinstance(pid, str):
+        return pid if pid.strip() else "global"
+    return f"process {pid}"
 
 
 def _metadata(name: str, pid: int, ts: float, key: str, value: Any) -> dict[str, Any]:
@@ -206,7 +226,7 @@ def merge_rank_set(rank_set: RankSet, path: str | os.PathLike[str], *, align: st
         "schemaVersion": 1,
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": merged_base,
-        "polyprofMerge": {
+        MERGE_KEY: {
             "align": align,
             "ranks": [
                 {"rank": r.rank, "source": r.source, "shift_ns": shifts[r.rank], "pid_base": r.rank * stride}
@@ -216,26 +236,12 @@ def merge_rank_set(rank_set: RankSet, path: str | os.PathLike[str], *, align: st
             "backend": rank_set.backend,
         },
     }
-    count = 0
-    with atomic_writer(path, binary=True) as out:
-        text = orjson.dumps(header)
-        out.write(text[:-1] + b',"traceEvents":[\n')
-        separator = b""
-        for r in rank_set.ranks:
-            doc = chrome_from_table(read_parquet_table(r.parquet), where=r.parquet)
-            events = doc.get("traceEvents", [])
-            lines = [
-                orjson.dumps(event)
-                for event in _rank_events(
-                    events, r.rank, ranks, stride, _base_ns(doc), shifts[r.rank], merged_base
-                )
-            ]
-            if lines:
-                out.write(separator + b",\n".join(lines))
-                separator = b",\n"
-            count += len(lines)
-            del doc, events, lines
-        out.write(b'\n],"traceName":' + orjson.dumps(path) + b"}\n")
+    try:
+        count = _write_merged(rank_set, path, header, (ranks, stride, shifts, merged_base))
+    except OSError as exc:
+        if isinstance(exc, PolyprofError):
+            raise
+        raise MergeWriteError(f"cannot write {path!r}: {exc.strerror or exc}") from exc
     return MergeSummary(
         path=path,
         ranks=tuple(r.rank for r in rank_set.ranks),
@@ -245,4 +251,44 @@ def merge_rank_set(rank_set: RankSet, path: str | os.PathLike[str], *, align: st
     )
 
 
-__all__ = ["ALIGNMENTS", "AlignmentError", "MergeSummary", "merge_rank_set"]
+def _write_merged(
+    rank_set: RankSet, path: str, header: dict[str, Any], layout: tuple[int, int, dict[int, int], int]
+) -> int:
+    """Write the merged trace, one rank at a time, atomically; returns the number of events."""
+    ranks, stride, shifts, merged_base = layout
+    count = 0
+    with atomic_writer(path, binary=True) as out:
+        text = _stdlib_json(header)  # file names may hold what orjson refuses (undecodable bytes)
+        out.write(text[:-1] + b',"traceEvents":[\n')
+        separator = b""
+        for r in rank_set.ranks:
+            doc = chrome_from_table(read_parquet_table(r.parquet), where=r.parquet)
+            events = doc.get("traceEvents", [])
+            dumps = _encoder_for(doc)
+            lines = [
+                dumps(event)
+                for event in _rank_events(
+                    events, r.rank, ranks, stride, _base_ns(doc), shifts[r.rank], merged_base
+                )
+            ]
+            if lines:
+                out.write(separator + b",\n".join(lines))
+                separator = b",\n"
+            count += len(lines)
+            del doc, events, lines
+        out.write(b'\n],"traceName":' + _stdlib_json(path) + b"}\n")
+    return count
+
+
+def _stdlib_json(value: Any) -> bytes:
+    # ASCII escapes keep lone surrogates valid JSON; NaN and Infinity as Python (and Kineto) write them
+    return json.dumps(value, allow_nan=True, separators=(",", ":")).encode()
+
+
+def _encoder_for(doc: dict[str, Any]) -> Callable[[Any], bytes]:
+    """orjson, unless the rank's trace holds what only Python's parser read (lone surrogates, NaN,
+    integers past 64 bits): then Python's encoder, which writes those back as they were."""
+    return _stdlib_json if isinstance(doc, StdlibParsedDocument) else orjson.dumps
+
+
+__all__ = ["ALIGNMENTS", "AlignmentError", "MergeSummary", "MergeWriteError", "merge_rank_set"]

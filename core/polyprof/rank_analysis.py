@@ -31,13 +31,23 @@ versions), computation kernels the others (memcpy and memset are
 neither); the time covered by each (the union of their intervals over all streams) and by both at
 once, exactly, in nanoseconds. Overlap is the share of communication time that computation covered,
 as HTA's ``get_comm_comp_overlap`` reports it.
+
+**Files and failures.** DuckDB reads a file name holding ``*``, ``?`` or ``[`` as a glob; each
+rank's file reaches it under a name it reads literally (``literal_path``). A rank whose analysis
+raises is left out, named by the user's trace with a one-line reason (``failure_reason``: out of
+memory names the memory limit), never for Ctrl-C: DuckDB turns SIGINT into an error, raised here
+as ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import os
 import re
-from collections.abc import Sequence
-from typing import Any
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import attrs
 import numpy as np
@@ -45,10 +55,12 @@ import numpy as np
 from polyprof._log import get_logger
 from polyprof.errors import PolyprofError
 from polyprof.kineto_format import us_to_ns
-from polyprof.rank_set import RankSet, Skipped
+from polyprof.rank_set import RankSet, Skipped, temporary_parquet_dir
 from polyprof.tree import FILTERED_NAMES, nesting_parents, post_processing_rules
 
 log = get_logger(__name__)
+
+_Result = TypeVar("_Result")
 
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 #: Communication kernels, by HTA's rule: NCCL's and RCCL's.
@@ -120,7 +132,8 @@ class RankRows:
     kernels: tuple[RankKernel, ...]
     steps: tuple[RankStep, ...]
     overlap: tuple[RankOverlap, ...] = ()
-    #: Ranks whose analysis failed (a file damaged past what its footer showed): named, left out.
+    #: Ranks whose analysis failed (a file damaged past what its footer showed, out of memory):
+    #: named by the user's trace, left out.
     failed: tuple[tuple[int, Skipped], ...] = ()
 
 
@@ -132,8 +145,51 @@ def _sql_list(values: Sequence[str]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
 
+#: What makes DuckDB read a file name as a glob (its ``FileSystem::HasGlob``; ``{`` is literal to it).
+#: A name without them is read as it is, backslashes included: a separator on Windows, a character
+#: elsewhere (DuckDB 2.0.1). Only a glob splits at a backslash on every system.
+_GLOB_CHARACTERS = frozenset("*?[")
+
+
+def _glob_escaped(path: str) -> str:
+    """``path`` as a DuckDB glob matching only itself: each glob character in brackets (``[[]``)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in path)
+
+
+def _link(target: str, link: str) -> None:
+    """A symbolic link (one a SIGKILL leaves behind keeps no trace's bytes alive), else a hard link."""
+    try:
+        os.symlink(target, link)
+    except OSError:  # a system where symbolic links need a privilege
+        os.link(target, link)
+
+
+@contextlib.contextmanager
+def literal_path(path: str) -> Iterator[str]:
+    """A name under which DuckDB reads the file ``path`` and nothing else.
+
+    DuckDB reads a file name holding ``*``, ``?`` or ``[`` as a glob (``rank[01].parquet`` is
+    rank0 and rank1) and has no switch to turn that off; escaping in brackets needs the folder
+    listed and fails past a backslash. So such a name is read through a link with a plain name in a
+    private temporary folder, removed afterwards; any other name, a Windows path's backslashes
+    included, is given as it is (a link there may need a privilege, or cross drives). The path is
+    made absolute, as DuckDB would take a leading ``~`` for the home folder and look a relative name
+    up on its ``file_search_path``.
+    """
+    absolute = os.path.abspath(path)
+    if _GLOB_CHARACTERS.isdisjoint(absolute):
+        yield absolute
+        return
+    # a folder a killed command left is removed by the next, as the Parquet copies' folder is
+    with temporary_parquet_dir() as folder:
+        link = os.path.join(folder, "rank.parquet")
+        _link(absolute, link)
+        yield _glob_escaped(link)  # the temporary folder's own name is the system's
+
+
 def _events_sql(path: str) -> str:
-    """One rank's events, each with its row number in the file (torch's order breaks ties by it)."""
+    """One rank's events, each with its row number in the file (torch's order breaks ties by it).
+    ``path`` is taken as a glob: give it a ``literal_path``."""
     quoted = "'" + path.replace("'", "''") + "'"
     return f"select *, file_row_number as rid from read_parquet({quoted}, file_row_number = true)"
 
@@ -295,8 +351,10 @@ def rows_of_rank(connection: Any, path: str, rank: int) -> RankRows:
     """The rows of one rank's Parquet trace, computed with ``connection`` (DuckDB): the unit of work
     both engines run, one rank's rows in memory at a time. Two scans of the file: host rows, sorted
     into torch's order by DuckDB, and device rows."""
-    events = _events_sql(path)
-    host = connection.sql(_host_rows_sql(events)).to_arrow_table()
+    with literal_path(path) as literal:
+        events = _events_sql(literal)
+        host = connection.sql(_host_rows_sql(events)).to_arrow_table()
+        device = connection.sql(_device_rows_sql(events)).to_arrow_table()
     codes, table = _encoded(host.column("name"))
     pid, tid = host.column("pid").to_numpy(), host.column("tid").to_numpy()
     start, duration = us_to_ns(host.column("ts").to_numpy()), us_to_ns(host.column("dur").to_numpy())
@@ -304,7 +362,6 @@ def rows_of_rank(connection: Any, path: str, rank: int) -> RankRows:
     python = host.column("python").to_numpy(zero_copy_only=False).astype(bool)
     skip_python = post_processing_rules().key_averages_skips_python_functions
     counted = ~python if skip_python else np.ones(len(python), bool)
-    device = connection.sql(_device_rows_sql(events)).to_arrow_table()
     overlap = _overlap_of_rank(rank, device)
     return RankRows(
         ops=tuple(_ops_of_rank(rank, codes, table, pid, tid, start, duration, counted)),
@@ -329,20 +386,63 @@ def combine(parts: Sequence[RankRows]) -> RankRows:
     )
 
 
-def failed_rank(rank: int, path: str, exc: BaseException) -> RankRows:
-    """The rows of a rank whose analysis raised ``exc``: none, and why."""
+def _duckdb_error(exc: Exception, name: str) -> bool:
+    """Whether ``exc`` is the DuckDB exception class ``name`` (where this DuckDB has it)."""
+    cls = getattr(sys.modules.get("duckdb"), name, None)
+    return isinstance(cls, type) and isinstance(exc, cls)
+
+
+def is_interrupt(exc: Exception) -> bool:
+    """Whether ``exc`` is how DuckDB answers Ctrl-C: it stops the query on SIGINT and raises
+    ``RuntimeError: Query interrupted`` (``duckdb.InterruptException`` in other versions) where
+    Python would have raised ``KeyboardInterrupt``."""
+    if _duckdb_error(exc, "InterruptException"):
+        return True
+    return isinstance(exc, RuntimeError) and str(exc).strip().lower().startswith("query interrupted")
+
+
+def out_of_memory_reason(memory_limit: str | None) -> str:
+    if memory_limit is None:
+        return (
+            "DuckDB ran out of memory under its default limit (80% of this machine's memory): "
+            "free memory, or analyse the run where there is more"
+        )
+    return f"DuckDB ran out of memory under --memory-limit {memory_limit}: raise the limit"
+
+
+def failure_reason(exc: Exception, memory_limit: str | None = None) -> str:
+    """Why a rank's analysis failed, in one line."""
+    if _duckdb_error(exc, "OutOfMemoryException") or isinstance(exc, MemoryError):
+        return out_of_memory_reason(memory_limit)
     first_line = (str(exc).strip().splitlines() or [""])[0]
-    reason = f"its analysis failed: {type(exc).__name__}: {first_line}"
-    return RankRows(ops=(), kernels=(), steps=(), failed=((rank, Skipped(path, reason)),))
+    return f"its analysis failed: {type(exc).__name__}: {first_line}"
 
 
-def rows_or_failure(connection: Any, path: str, rank: int) -> RankRows:
-    """``rows_of_rank``, or, when it raises, the rank named as failed: one rank never stops the run."""
+def failed_rank(rank: int, source: str, reason: str) -> RankRows:
+    """The rows of a rank whose analysis failed: none, and why, naming the trace ``source``."""
+    return RankRows(ops=(), kernels=(), steps=(), failed=((rank, Skipped(source, reason)),))
+
+
+def rows_or_failure(
+    connection: Any, path: str, rank: int, *, source: str | None = None, memory_limit: str | None = None
+) -> RankRows:
+    """``rows_of_rank``, or, when it raises, the rank named as failed: one rank never stops the run.
+
+    :param source: the user's trace that ``path`` (its Parquet file) was made from, named in the
+        failure (default: ``path``).
+    :param memory_limit: the connection's, named when DuckDB runs out of memory.
+    :raises KeyboardInterrupt: on Ctrl-C, which DuckDB turns into an error: it stops the run, it is
+        no rank's failure.
+    """
     try:
         return rows_of_rank(connection, path, rank)
     except Exception as exc:  # DuckDB's, pyarrow's and numpy's errors alike: this rank is unusable
-        log.warning("rank_analysis_failed", rank=rank, path=path, exc_info=True)
-        return failed_rank(rank, path, exc)
+        if is_interrupt(exc):
+            raise KeyboardInterrupt from exc
+        source = path if source is None else source
+        # the reason reaches the user as the rank's "skipped" line; the traceback only at -vv
+        log.debug("rank_analysis_failed", rank=rank, trace=source, parquet=path, exc_info=True)
+        return failed_rank(rank, source, failure_reason(exc, memory_limit))
 
 
 def _row_key(row: Any) -> tuple[Any, ...]:
@@ -367,7 +467,38 @@ def duckdb_rank_rows(
         ``temp_dir``. Default: DuckDB's (80% of the machine's memory).
     """
     with connect(memory_limit=memory_limit, temp_dir=temp_dir) as connection:
-        return combine([rows_or_failure(connection, r.parquet, r.rank) for r in rank_set.ranks])
+        return interruptible(
+            connection,
+            lambda: combine(
+                [
+                    rows_or_failure(connection, r.parquet, r.rank, source=r.source, memory_limit=memory_limit)
+                    for r in rank_set.ranks
+                ]
+            ),
+        )
+
+
+#: How often the waiting thread asks DuckDB again to stop, until the worker has stopped.
+_INTERRUPT_POLL_S = 0.1
+
+
+def interruptible(connection: Any, work: Callable[[], _Result]) -> _Result:
+    """``work()``, which queries ``connection``, on a worker thread while this thread waits in
+    Python, where every Ctrl-C (or SIGTERM's exit) lands: it then interrupts the connection until
+    the worker has stopped, and is raised here.
+
+    DuckDB stops a query on SIGINT itself only when the signal comes while the query runs; one that
+    lands as a query starts is lost, and the query runs on (1 in 10 tries here, DuckDB 2.0.1).
+    """
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="polyprof-duckdb") as worker:
+        future = worker.submit(work)
+        try:
+            return future.result()
+        except BaseException:
+            while not future.done():
+                connection.interrupt()
+                concurrent.futures.wait([future], timeout=_INTERRUPT_POLL_S)
+            raise
 
 
 def connect(*, memory_limit: str | None = None, temp_dir: str | None = None) -> Any:
@@ -391,6 +522,10 @@ __all__ = [
     "duckdb_module",
     "duckdb_rank_rows",
     "failed_rank",
+    "failure_reason",
+    "is_interrupt",
+    "literal_path",
+    "out_of_memory_reason",
     "rows_of_rank",
     "rows_or_failure",
 ]

@@ -15,8 +15,9 @@
 * **the step-time distribution**: percentiles of all ranks' step durations;
 * **compute/communication overlap** of each rank with GPU kernels (``RankOverlap``).
 
-``render_text`` prints it; ``report_json`` gives it as plain data (``polyprof report --format
-json``).
+``render_text`` prints it, with the trace's text (names, file names, reasons) made safe for a
+terminal as the single-trace report makes it (``polyprof.cli_report.terminal_safe``);
+``report_json`` gives it as plain data (``polyprof report --format json``), exactly.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from typing import Any
 
 import attrs
 
+from polyprof.cli_report import terminal_safe
 from polyprof.rank_analysis import RankOverlap, RankRows
-from polyprof.rank_set import NoTracesError, RankSet
+from polyprof.rank_set import NoTracesError, RankSet, Skipped
 from polyprof.table import format_time
 
 #: A rank is a straggler when its step-time ratio is at least 1 + this.
@@ -163,12 +165,27 @@ def _rank_steps(rows: RankRows, ranks: Sequence[int]) -> tuple[RankSteps, ...]:
     return tuple(out)
 
 
+def _nothing_analysed(failed: Sequence[Skipped], skipped: Sequence[Skipped]) -> str:
+    """Why no rank is left: the one reason once when every rank failed for it (out of memory), and
+    the traces left out before the analysis, which the error is the only place to name."""
+    reasons = {s.reason for s in failed}
+    if len(reasons) == 1:
+        traces = ", ".join(s.path for s in failed)
+        message = f"none of the {len(failed)} ranks could be analysed: {reasons.pop()} ({traces})"
+    else:
+        message = "no rank could be analysed: " + "; ".join(f"{s.path}: {s.reason}" for s in failed)
+    if skipped:
+        message += "; also skipped: " + "; ".join(f"{s.path}: {s.reason}" for s in skipped)
+    return message
+
+
 def build_rank_report(
     rank_set: RankSet, rows: RankRows, *, straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD
 ) -> RankReport:
     if not straggler_threshold >= 0:
         raise ValueError(f"the straggler threshold must be 0 or more, not {straggler_threshold!r}")
     failed = dict(rows.failed)
+    skipped_when_read = rank_set.skipped
     if failed:  # named with the other traces left out, and out of every statistic
         rank_set = attrs.evolve(
             rank_set,
@@ -176,9 +193,7 @@ def build_rank_report(
             skipped=rank_set.skipped + tuple(failed.values()),
         )
     if not rank_set.ranks:
-        raise NoTracesError(
-            "no rank could be analysed: " + "; ".join(f"{s.path}: {s.reason}" for s in rank_set.skipped)
-        )
+        raise NoTracesError(_nothing_analysed(tuple(failed.values()), skipped_when_read))
     ranks = [r.rank for r in rank_set.ranks]
     ops = []
     for name, (by_rank, values) in _across(
@@ -304,11 +319,12 @@ def op_rows(report: RankReport, row_limit: int, name: Callable[[str], str] = str
 
 
 def kernel_rows(report: RankReport, row_limit: int, name: Callable[[str], str] = str) -> list[list[str]]:
-    """The cells of the device-activity table, ``row_limit`` rows (-1: all)."""
+    """The cells of the device-activity table, ``row_limit`` rows (-1: all); ``name`` is applied to
+    the trace's text in it (the name and the category)."""
     return [
         [
             name(k.name),
-            k.category,
+            name(k.category),
             str(k.ranks),
             str(k.calls),
             format_time(k.total_us.mean),
@@ -362,27 +378,38 @@ def overlap_rows(report: RankReport) -> list[list[str]]:
     ]
 
 
+def ranks_text(count: int) -> str:
+    """``1 rank``, ``4 ranks``."""
+    return f"{count} rank" if count == 1 else f"{count} ranks"
+
+
+def _shown(name: str) -> str:
+    """A name from a trace as a text table cell: terminal controls escaped, then shortened."""
+    return _short(terminal_safe(name))
+
+
 def render_text(report: RankReport, *, row_limit: int = 20) -> str:
+    """The report as text for a terminal: every text from the traces goes through ``terminal_safe``."""
     rank_set = report.rank_set
     ranks = rank_set.ranks
     events = sum(r.events for r in ranks)
     if rank_set.ranks_from_traces:
-        run = f"world size {rank_set.world_size}, backend {rank_set.backend}"
+        run = f"world size {rank_set.world_size}, backend {terminal_safe(str(rank_set.backend))}"
     else:
         run = "numbered in file name order: the traces carry no distributedInfo"
-    lines = [f"{len(ranks)} ranks ({run}), {events:,} events"]
+    lines = [f"{ranks_text(len(ranks))} ({run}), {events:,} events"]
     for s in rank_set.skipped:
-        lines.append(f"skipped {s.path}: {s.reason}")
+        lines.append(f"skipped {terminal_safe(s.path)}: {terminal_safe(s.reason)}")
     limit = len(report.ops) if row_limit < 0 else min(row_limit, len(report.ops))
     lines += ["", f"Ops across ranks, by mean self CPU time ({limit} of {len(report.ops)}):"]
-    lines += _table(OPS_HEADER, op_rows(report, limit, _short))
+    lines += _table(OPS_HEADER, op_rows(report, limit, _shown))
     if report.kernels:
         klimit = len(report.kernels) if row_limit < 0 else min(row_limit, len(report.kernels))
         lines += [
             "",
             f"Device activity across ranks, by mean total time ({klimit} of {len(report.kernels)}):",
         ]
-        lines += _table(KERNELS_HEADER, kernel_rows(report, klimit, _short), left=2)
+        lines += _table(KERNELS_HEADER, kernel_rows(report, klimit, _shown), left=2)
     if report.overlap:
         lines += ["", "GPU kernels per rank: computation, communication (nccl/rccl), and both at once:"]
         lines += _table(OVERLAP_HEADER, overlap_rows(report), left=0)
@@ -413,6 +440,7 @@ __all__ = [
     "kernel_rows",
     "op_rows",
     "overlap_rows",
+    "ranks_text",
     "render_text",
     "report_json",
     "step_percentiles_text",

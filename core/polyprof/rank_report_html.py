@@ -24,6 +24,7 @@ from polyprof.rank_report import (
     kernel_rows,
     op_rows,
     overlap_rows,
+    ranks_text,
     step_percentiles_text,
     step_rows,
     stragglers_named,
@@ -154,6 +155,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], table_id: str) 
 def render_html(report: RankReport, *, row_limit: int = 20) -> str:
     rank_set = report.rank_set
     events = sum(r.events for r in rank_set.ranks)
+    ranks = ranks_text(len(rank_set.ranks))  # "1 rank", "4 ranks"
     run = (
         f"world size {rank_set.world_size}, backend {rank_set.backend}"
         if rank_set.ranks_from_traces
@@ -161,8 +163,8 @@ def render_html(report: RankReport, *, row_limit: int = 20) -> str:
     )
     limit = len(report.ops) if row_limit < 0 else min(row_limit, len(report.ops))
     sections = [
-        f"<h1>polyprof report: {len(rank_set.ranks)} ranks</h1>",
-        f'<p id="summary">{len(rank_set.ranks)} ranks ({_e(run)}), {events:,} events.</p>',
+        f"<h1>polyprof report: {ranks}</h1>",
+        f'<p id="summary">{ranks} ({_e(run)}), {events:,} events.</p>',
     ]
     if rank_set.skipped:
         items = "".join(f"<li>{_e(s.path)}: {_e(s.reason)}</li>" for s in rank_set.skipped)
@@ -188,7 +190,7 @@ def render_html(report: RankReport, *, row_limit: int = 20) -> str:
     body = "\n".join(sections)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>polyprof report: {len(rank_set.ranks)} ranks</title><style>{_STYLE}</style></head>\n"
+        f"<title>polyprof report: {ranks}</title><style>{_STYLE}</style></head>\n"
         f"<body>\n{body}\n</body></html>\n"
     )
 

@@ -36,7 +36,7 @@ def rank_rows(
     if engine == "ray":
         from polyprof.rank_ray import ray_rank_rows
 
-        return ray_rank_rows(rank_set, address=ray_address)
+        return ray_rank_rows(rank_set, address=ray_address, memory_limit=memory_limit)
     raise ValueError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
 
 

@@ -126,13 +126,14 @@ class RunOptions:
 def _strict_unknown_options(parser: argparse.ArgumentParser, valid: Sequence[str]) -> None:
     """Unknown options before the script are an error that lists the valid ones.
 
-    argparse would hand them to the top-level parser, whose message shows only
-    the top-level usage.
+    ``parser``'s parse becomes argparse's own (``argparse.ArgumentParser.parse_known_args``, which
+    hands unknown arguments back) and then this check. Its own class may refuse them first with a
+    message that does not list them (``polyprof.cli.SubcommandParser``), or leave them to the
+    top-level parser, whose message shows only the top-level usage (plain argparse).
     """
-    lenient = parser.parse_known_args
 
     def parse_known_args(args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
-        parsed, extras = lenient(args, namespace)
+        parsed, extras = argparse.ArgumentParser.parse_known_args(parser, args, namespace)
         if extras:
             parser.error(
                 f"unrecognized option{'s' if len(extras) > 1 else ''}: {' '.join(extras)}; "

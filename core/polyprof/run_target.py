@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import attrs
 
-from polyprof.errors import PolyprofError
+from polyprof.errors import EXIT_INTERRUPTED, PolyprofError
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -32,9 +32,6 @@ __all__ = [
     "run_target",
     "script_environment",
 ]
-
-#: Exit status of a script stopped by ``KeyboardInterrupt`` (python's 128 + SIGINT).
-EXIT_INTERRUPTED = 130
 
 
 class RunUsageError(PolyprofError):

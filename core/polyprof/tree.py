@@ -284,7 +284,10 @@ def _demangle(name: str) -> str:
     # without torch loaded only C++ symbols (``_Z...``) are worth the import.
     if "torch" not in sys.modules and not name.startswith("_Z"):
         return name
-    return _torch_demangler()(name)
+    try:
+        return _torch_demangler()(name)
+    except TypeError:  # a lone surrogate (JSON's "\ud800"): no symbol, and torch's binding cannot take it
+        return name
 
 
 def rewrite_name(name: str, *, with_wildcard: bool) -> str:

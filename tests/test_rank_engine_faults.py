@@ -8,6 +8,7 @@ a signal or a hang is what is tried.
 
 from __future__ import annotations
 
+import _thread
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -480,3 +482,50 @@ def test_the_check_of_a_ray_address_lets_a_real_cluster_through() -> None:
     finally:
         if started:
             ray.shutdown()
+
+
+def test_a_second_ctrl_c_while_the_worker_stops_leaves_no_rank_running() -> None:
+    """DuckDB drops an interrupt() when no query runs; a Ctrl-C landing meanwhile must not leave the
+    worker to analyse every remaining rank (or run on under a closed connection)."""
+
+    class Connection:
+        interrupts = 0
+
+        def interrupt(self) -> None:
+            Connection.interrupts += 1
+            if Connection.interrupts == 1:
+                raise KeyboardInterrupt  # the second Ctrl-C, landing as the first is passed on
+
+    ranks_begun: list[int] = []
+
+    def each_rank(stop: threading.Event) -> str:
+        for rank in range(40):
+            if stop.is_set():
+                raise KeyboardInterrupt
+            ranks_begun.append(rank)
+            time.sleep(0.05)  # a rank's work between queries, where interrupt() does nothing
+        return "every rank"
+
+    threading.Timer(0.2, _thread.interrupt_main).start()  # the first Ctrl-C
+    with pytest.raises(KeyboardInterrupt):
+        rank_analysis.interruptible(Connection(), each_rank)
+    assert Connection.interrupts >= 2
+    assert len(ranks_begun) < 40
+    assert not [t for t in threading.enumerate() if t.name.startswith("polyprof-duckdb")]
+
+
+def test_an_unreachable_ray_address_is_said_before_any_trace_is_converted(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from polyprof import cli_rank_report
+
+    run = tmp_path / "run"
+    write_json(run / "r0.json", synthetic_rank(0, 1, [100.0]))
+
+    def converted(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the traces were read before the address was checked")
+
+    monkeypatch.setattr(cli_rank_report, "collect_rank_set", converted)
+    address = f"127.0.0.1:{closed_port()}"
+    assert cli_main(["report", str(run), "--engine", "ray", "--ray-address", address]) == 2
+    assert f"no Ray cluster answers at --ray-address {address}" in capsys.readouterr().err

@@ -25,7 +25,7 @@ pytest.importorskip("duckdb")
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from polyprof import fileio
+from polyprof import fileio, rank_set
 from polyprof.cli import main as cli_main
 from polyprof.rank_set import collect_rank_set, temporary_parquet_dir
 
@@ -442,6 +442,30 @@ def test_the_folder_of_a_command_killed_by_sigkill_goes_at_the_next_run(
     not_ours.mkdir()
     assert cli_main(["report", str(run)]) == 0
     assert report_folders(private_tmpdir) == [not_ours] and not left.exists()
+
+
+def test_a_folder_left_without_its_lock_file_goes_after_an_hour(private_tmpdir: Path, capsys) -> None:
+    """A command killed between making its folder and its lock file leaves a folder with no lock."""
+    fresh = private_tmpdir / f"polyprof-report-{fileio.host_tag()}-1-fresh"
+    old = private_tmpdir / f"polyprof-report-{fileio.host_tag()}-1-old"
+    for folder in (fresh, old):
+        folder.mkdir()
+        (folder / ".polyprof-lock.new").write_text("")
+    hours_ago = time.time() - 2 * 3600
+    os.utime(old, (hours_ago, hours_ago))
+    with temporary_parquet_dir():
+        pass
+    assert report_folders(private_tmpdir) == [fresh]
+
+
+def test_without_file_locks_a_folder_is_made_and_removed_without_a_lock_file(
+    private_tmpdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows: no flock, and no rename of an open file; the folder is still made and removed."""
+    monkeypatch.setattr(rank_set, "fcntl", None)
+    with temporary_parquet_dir() as folder:
+        assert os.listdir(folder) == []
+    assert report_folders(private_tmpdir) == []
 
 
 # ------------------------------------------------------------ item 7: convert's names escaped

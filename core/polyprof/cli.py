@@ -12,6 +12,7 @@ stderr, results to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -393,7 +394,8 @@ def _run_command(argv: Sequence[str] | None) -> int:
         print(f"{prog}: error: {terminal_safe(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # Ctrl-C stops the command: nothing more (the caller ends with 130)
-        print(f"{prog}: interrupted", file=sys.stderr)
+        with contextlib.suppress(OSError, ValueError):  # stderr closed: the interrupt still ends it
+            print(f"{prog}: interrupted", file=sys.stderr)
         raise
     except BrokenPipeError:  # `polyprof plugins | head`: the reader left; exit quietly
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -415,10 +415,12 @@ def add_report_command(subparsers: Any) -> None:
 
 
 def _check_rank_report_options(args: argparse.Namespace) -> None:
-    """What a report across ranks can refuse before it reads a trace: ``--memory-limit`` and ``-o``.
+    """What a report across ranks can refuse before it reads a trace: ``--memory-limit``, ``-o`` and
+    an unreachable ``--ray-address``.
 
     :raises ValueError: a ``--memory-limit`` DuckDB would not take (or would read as no limit).
     :raises OutputPathError: ``-o`` names a file that cannot be written.
+    :raises ClusterUnreachableError: nothing answers at ``--ray-address``.
     """
     from polyprof.fileio import check_writable_path
 
@@ -429,6 +431,10 @@ def _check_rank_report_options(args: argparse.Namespace) -> None:
             raise ValueError(f"argument --memory-limit: {exc}") from None
     if args.output is not None:
         check_writable_path(args.output)
+    if args.engine == "ray" and args.ray_address is not None:
+        from polyprof.rank_ray import check_reachable
+
+        check_reachable(args.ray_address)  # before minutes of converting traces for a cluster not there
 
 
 def run_report_command(args: argparse.Namespace) -> int:

@@ -46,6 +46,7 @@ import contextlib
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -467,38 +468,57 @@ def duckdb_rank_rows(
         ``temp_dir``. Default: DuckDB's (80% of the machine's memory).
     """
     with connect(memory_limit=memory_limit, temp_dir=temp_dir) as connection:
-        return interruptible(
-            connection,
-            lambda: combine(
-                [
+
+        def each_rank(stop: threading.Event) -> RankRows:
+            parts = []
+            for r in rank_set.ranks:
+                if stop.is_set():
+                    raise KeyboardInterrupt
+                parts.append(
                     rows_or_failure(connection, r.parquet, r.rank, source=r.source, memory_limit=memory_limit)
-                    for r in rank_set.ranks
-                ]
-            ),
-        )
+                )
+            return combine(parts)
+
+        return interruptible(connection, each_rank)
 
 
-#: How often the waiting thread asks DuckDB again to stop, until the worker has stopped.
+#: How often the waiting thread wakes (Windows delivers no Ctrl-C into a lock wait) and, once
+#: interrupted, asks DuckDB again to stop, until the worker has stopped.
 _INTERRUPT_POLL_S = 0.1
 
 
-def interruptible(connection: Any, work: Callable[[], _Result]) -> _Result:
-    """``work()``, which queries ``connection``, on a worker thread while this thread waits in
-    Python, where every Ctrl-C (or SIGTERM's exit) lands: it then interrupts the connection until
-    the worker has stopped, and is raised here.
+def interruptible(connection: Any, work: Callable[[threading.Event], _Result]) -> _Result:
+    """``work(stop)``, which queries ``connection``, on a worker thread while this thread waits in
+    Python, where every Ctrl-C (or SIGTERM's exit) lands: it then sets ``stop`` (``work`` checks it
+    between its steps), interrupts the connection until the worker has stopped, and is raised here.
 
     DuckDB stops a query on SIGINT itself only when the signal comes while the query runs; one that
-    lands as a query starts is lost, and the query runs on (1 in 10 tries here, DuckDB 2.0.1).
+    lands as a query starts is lost, and the query runs on (1 in 10 tries here, DuckDB 2.0.1). It
+    drops ``interrupt()`` too when no query runs, hence the repeats.
     """
+    stop = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="polyprof-duckdb") as worker:
-        future = worker.submit(work)
+        future = worker.submit(work, stop)
         try:
+            while not concurrent.futures.wait([future], timeout=_INTERRUPT_POLL_S).done:
+                pass
             return future.result()
         except BaseException:
-            while not future.done():
-                connection.interrupt()
-                concurrent.futures.wait([future], timeout=_INTERRUPT_POLL_S)
+            stop.set()
+            _stop_worker(connection, future)
             raise
+
+
+def _stop_worker(connection: Any, future: concurrent.futures.Future[Any]) -> None:
+    """Interrupt ``connection`` until ``future``'s worker has stopped. A second Ctrl-C meanwhile
+    changes nothing: the first is raised once the worker is out of DuckDB and the connection free
+    to close (closing it under a running query, or leaving the worker at exit, could crash)."""
+    while not future.done():
+        try:
+            connection.interrupt()
+            concurrent.futures.wait([future], timeout=_INTERRUPT_POLL_S)
+        except BaseException:  # noqa: BLE001 - a repeated Ctrl-C: the worker is being stopped
+            continue
 
 
 def connect(*, memory_limit: str | None = None, temp_dir: str | None = None) -> Any:

@@ -171,7 +171,7 @@ def _nothing_analysed(failed: Sequence[Skipped], skipped: Sequence[Skipped]) -> 
     reasons = {s.reason for s in failed}
     if len(reasons) == 1:
         traces = ", ".join(s.path for s in failed)
-        message = f"none of the {len(failed)} ranks could be analysed: {reasons.pop()} ({traces})"
+        message = f"none of the {ranks_text(len(failed))} could be analysed: {reasons.pop()} ({traces})"
     else:
         message = "no rank could be analysed: " + "; ".join(f"{s.path}: {s.reason}" for s in failed)
     if skipped:

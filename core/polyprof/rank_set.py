@@ -45,6 +45,7 @@ import stat
 import statistics
 import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -372,6 +373,8 @@ _TEMP_PREFIX = "polyprof-report-"
 #: Names of polyprof's temporary Parquet folders; nothing else is ever removed as a leftover.
 _TEMP_DIR_NAME = re.compile(r"polyprof-report-(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)-[A-Za-z0-9_]+")
 _LOCK_NAME = ".polyprof-lock"
+#: A folder of polyprof's name without its lock file is left this long (its command may be making it).
+_LOCKLESS_AFTER_S = 3600.0
 
 
 @contextlib.contextmanager
@@ -382,9 +385,10 @@ def temporary_parquet_dir() -> Iterator[str]:
     """
     parent = tempfile.gettempdir()
     _remove_abandoned_dirs(parent)
-    folder = tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{host_tag()}-{os.getpid()}-", dir=parent)
+    folder = None
     lock_fd = None
     try:
+        folder = tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{host_tag()}-{os.getpid()}-", dir=parent)
         lock_fd = _hold_lock(folder)
         yield folder
     finally:
@@ -392,18 +396,25 @@ def temporary_parquet_dir() -> Iterator[str]:
         # removes the folder too; both removals ignore what the other got to first.
         if lock_fd is not None:
             os.close(lock_fd)
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
-def _hold_lock(folder: str) -> int:
+def _hold_lock(folder: str) -> int | None:
     """Create ``folder``'s lock file, locked: made under another name and renamed once locked, so a
-    sweep never finds it unlocked while this command lives."""
+    sweep never finds it unlocked while this command lives. None where there are no locks (Windows,
+    which renames no open file): no sweep runs there."""
+    if fcntl is None:
+        return None
     fresh = os.path.join(folder, f"{_LOCK_NAME}.new")
     fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    if fcntl is not None:
+    try:
         with contextlib.suppress(OSError):  # no locks on this file system: no sweep can take it either
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    os.rename(fresh, os.path.join(folder, _LOCK_NAME))
+        os.rename(fresh, os.path.join(folder, _LOCK_NAME))
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -430,9 +441,17 @@ def _remove_abandoned_dirs(parent: str) -> None:
 def _remove_if_abandoned(folder: str) -> None:
     try:
         seen = os.lstat(folder)
-        if not stat.S_ISDIR(seen.st_mode) or (hasattr(os, "geteuid") and seen.st_uid != os.geteuid()):
-            return
+    except OSError:
+        return
+    if not stat.S_ISDIR(seen.st_mode) or (hasattr(os, "geteuid") and seen.st_uid != os.geteuid()):
+        return
+    try:
         fd = os.open(os.path.join(folder, _LOCK_NAME), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        # killed between making the folder and its lock file (microseconds): gone after an hour
+        if time.time() - seen.st_mtime > _LOCKLESS_AFTER_S:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
     except OSError:
         return
     try:

@@ -189,11 +189,16 @@ class Session:
             for tracer in self.tracers:
                 tracer.configure(self.config)
         self._left_out = {}
-        for tracer in self.tracers:
+        for index, tracer in enumerate(self.tracers):
             try:
                 tracer.prepare()
             except Exception as exc:
                 if self._is_essential(tracer):
+                    # the tracers prepared so far hold what they prepared (torch's collector keeps a
+                    # prepared session, and the next profile's would fail): stopping releases it
+                    for prepared in reversed(self.tracers[:index]):
+                        if id(prepared) not in self._left_out:
+                            _stop_quietly(prepared)
                     raise
                 self._leave_out(tracer, "prepare", exc)
 
@@ -231,7 +236,6 @@ class Session:
             raise RuntimeError("this session is closed; a recording used again makes a new session")
         if any(not isinstance(subscriber, Sink) for subscriber in self.subscribers):
             self._attach_to_bus()  # a streamed subscriber reads batches while the recording runs
-        started: list[Tracer] = []
         try:
             for tracer in self.tracers:
                 if id(tracer) in self._left_out:
@@ -242,11 +246,12 @@ class Session:
                     if self._is_essential(tracer):
                         raise
                     self._leave_out(tracer, "start", exc)
-                    continue
-                started.append(tracer)
         except BaseException:
-            for tracer in reversed(started):
-                _stop_quietly(tracer)
+            # every tracer still in, started or only prepared (torch's collector keeps a prepared
+            # session, and the next profile's would fail): a stop ends or releases it
+            for tracer in reversed(self.tracers):
+                if id(tracer) not in self._left_out:
+                    _stop_quietly(tracer)
             self._left_out = {}
             self._finish_on_bus()
             self.collector.take()

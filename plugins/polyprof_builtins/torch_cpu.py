@@ -1108,6 +1108,8 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
             self._end_ns = time.time_ns()
             self._close_outboxes()
             return
+        if self._state == "prepared":  # prepared, never started: the recording failed to begin
+            self._release_prepared_collector()
         if self._state != "running":
             self._close_outboxes()
             return
@@ -1122,6 +1124,19 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
             _start_reader_build(self._reader_mode)
         finally:
             self._close_outboxes()
+
+    def _release_prepared_collector(self) -> None:
+        """Start and stop the collector this tracer prepared, discarding the result: torch keeps a
+        prepared session until then, and the next profile's would fail (2.6: "Can't disable Kineto
+        profiler when it's not running"). torch.profiler does the same when it exits in warmup."""
+        from torch._C._autograd import _disable_profiler, _enable_profiler
+
+        self._state = "idle"
+        try:
+            _enable_profiler(self._cfg, self._torch_activities)
+            _disable_profiler()
+        except Exception:  # the recording has already failed; this is only tidying
+            log.debug("prepared_collector_not_released", exc_info=True)
 
     def toggle_collection(self, enable: bool, activities: frozenset[ProfilerActivity]) -> None:
         """Pause or resume recording without ending it (torch's ``_toggle_collection_dynamic``)."""

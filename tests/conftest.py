@@ -40,6 +40,9 @@ TORCH_ORACLE_FILES = (
     "test_collector_settings.py",
     "test_recording_quiet.py",
     "test_distributed_ranks.py",
+    "test_memory_timeline.py",
+    "test_own_frames.py",
+    "test_report_threads.py",
     "test_*version*.py",
 )
 #: The plugin host (marker ``plugin_host``): pluggy's hooks called plugin by plugin, guarded

@@ -365,9 +365,8 @@ def test_compute_communication_overlap_is_htas(tmp_path: Path, capsys) -> None:
 
 def test_host_rows_nest_per_thread_as_torch_records_them(tmp_path: Path, capsys) -> None:
     """A on thread 1 over 0-100 µs, B on thread 2 inside that time: B is not A's child, as in torch's
-    own tree of the recording (one stack per thread). ``polyprof report`` of the saved trace alone
-    nests every host row of a trace in one stack (its ``thread`` comes from the "Python thread" arg),
-    and would give A 80 µs: the many-rank report follows torch here."""
+    own tree of the recording (one stack per thread), and as ``polyprof report`` of the trace alone
+    nests them (tests/test_report_threads.py); one stack for both would give A 80 µs."""
     events = [
         {"ph": "X", "cat": "cpu_op", "name": "A", "pid": 1, "tid": 1, "ts": 0.0, "dur": 100.0},
         {"ph": "X", "cat": "cpu_op", "name": "B", "pid": 1, "tid": 2, "ts": 10.0, "dur": 20.0},

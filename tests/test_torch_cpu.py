@@ -172,14 +172,14 @@ def test_rerooted_python_frames_are_written_as_torch_writes_a_root_frame() -> No
     # Kineto's own text for two frames; the second's parent was one of polyprof's bus-thread frames.
     from polyprof import torch_support
     from polyprof.kineto_format import encode_args_table, kineto_args_column
-    from polyprof_builtins.torch_cpu import _without_python_parent
+    from polyprof_builtins.torch_cpu import _with_python_parents
 
     texts = [
         '"Python parent id": null, "Python id": 12, "Ev Idx": 71',
         '"Python parent id": 40, "Python id": 13, "Ev Idx": 72',
     ]
     indices, table = kineto_args_column(texts)
-    indices, table = _without_python_parent(indices, table, np.array([1]))
+    indices, table = _with_python_parents(indices, table, np.array([1]), np.array([-1]))
     written = encode_args_table(table)
     assert written[indices[0]] == texts[0]  # untouched: Kineto's text as it was
     if torch_support.installed().at_least(2, 15):  # 2.15 leaves the key out of a root frame

@@ -27,7 +27,7 @@ import stat
 import sys
 import zlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -75,6 +75,7 @@ __all__ = [
     "StdlibParsedDocument",
     "TraceFileError",
     "document_from_bytes",
+    "is_async_work_name",
     "load_chrome_trace",
     "max_bytes_from_env",
     "read_chrome_trace",
@@ -457,6 +458,48 @@ def _flow_key(ev: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     return key
 
 
+def _thread_ids(pid: np.ndarray, tid: np.ndarray, ts_us: np.ndarray, host: np.ndarray) -> np.ndarray:
+    """torch-like sequential thread ids of the host events: 1, 2, ... per (pid, tid), 0 elsewhere.
+
+    torch nests each thread's rows in a stack of their own and numbers threads from 1 as they first
+    record; a trace keeps only the OS ids, so each (process, thread) pair is numbered in the order
+    of its first event (ties by pid, tid). Python events take their thread's id like the ops beside
+    them (torch's own events do), not the "Python thread" arg, an index of the Python tracer's own.
+    """
+    thread = np.zeros(len(pid), dtype=np.int64)
+    rows = np.flatnonzero(host)
+    if not len(rows):
+        return thread
+    pairs, lane = np.unique(np.stack([pid[rows], tid[rows]]), axis=1, return_inverse=True)
+    lane = lane.reshape(-1)
+    first = np.full(pairs.shape[1], np.inf)
+    np.minimum.at(first, lane, ts_us[rows])
+    order = np.lexsort((pairs[1], pairs[0], first))
+    number = np.empty(len(order), dtype=np.int64)
+    number[order] = np.arange(1, len(order) + 1)
+    thread[rows] = number[lane]
+    return thread
+
+
+#: c10d's ``Work`` records its collective as a range named ``<backend>:<collective>`` (the
+#: profiling title: ``gloo:all_reduce``, ``nccl:send 0->1``, ...) that it marks async, because
+#: another thread may end it; torch's tree leaves async rows out of every stack and gives them no
+#: self time. A trace does not keep the mark, so the names of c10d's backends stand for it.
+_ASYNC_WORK_PREFIXES = ("gloo:", "nccl:", "mpi:", "ucc:", "xccl:")
+
+
+def is_async_work_name(name: str) -> bool:
+    """Whether a ``user_annotation`` of this name is one of c10d's async collective ranges."""
+    return name.startswith(_ASYNC_WORK_PREFIXES)
+
+
+def _async_work(codes: np.ndarray, table: Sequence[str], kind: np.ndarray) -> np.ndarray:
+    """Which events are c10d's async collective ranges (see ``_ASYNC_WORK_PREFIXES``): each distinct
+    name asked once."""
+    titled = np.fromiter(map(is_async_work_name, table), dtype=bool, count=len(table))
+    return (kind == int(EventKind.USER_ANNOTATION)) & titled[codes]
+
+
 def _ints(values: list[Any], default: int) -> np.ndarray:
     """An int64 column from parsed JSON values; odd ones (null, text, floats) one by one."""
     try:
@@ -765,7 +808,7 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
         "kind": kind.astype(np.int8),
         "pid": pid,
         "tid": tid,
-        "thread": arg(Arg.PYTHON_THREAD, 0),
+        "thread": _thread_ids(pid, tid, ts_us, ~on_device),
         "device_type": device_type,
         "device_index": device_index,
         "correlation_id": np.where(host, ext, correlation_arg),
@@ -784,6 +827,7 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
     names = [nm if type(nm := ev.get("name")) is str else ("" if nm is None else str(nm)) for ev in events]
     overloads = _split_overloads(names, kind == int(EventKind.CPU_OP))
     columns["name"], tables["name"] = intern_column(names)
+    columns["is_async"] = _async_work(columns["name"], tables["name"], kind)
     if overloads is not None:
         columns["overload"], tables["overload"] = intern_column(overloads)
     columns["shapes"], tables["shapes"] = intern_column(

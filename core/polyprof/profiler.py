@@ -420,6 +420,10 @@ class profile:  # noqa: N801 - torch's name
         self._results: Any = None
         self._cleared_warned = False
         self._step_times: list[float] = []
+        #: torch's attribute: the last ``export_memory_timeline``'s timeline.
+        self.mem_tl: Any = None
+        #: torch's raw result of the last cycle, kept for the memory timeline (polyprof.memory_timeline).
+        self._memory_profile_results: tuple[Any, ...] = ()
         # torch's step count for Kineto (on-demand tracing, optimizer step hooks) is registered
         # here and erased at exit, as torch.profiler.profile does; without torch there is none.
         self._step_tracker = _kineto_step_tracker()
@@ -521,6 +525,10 @@ class profile:  # noqa: N801 - torch's name
         if self._traces and not self.acc_events and not self._cleared_warned:
             self._cleared_warned = True
             warnings.warn(ACC_EVENTS_WARNING, stacklevel=4)
+        if not self.acc_events:
+            # as torch's prepare_trace drops its profiler: the last cycle's raw result is not held
+            # while the next records, and the memory timeline has nothing until the next cycle stops
+            self._memory_profile_results = ()
         self._trace_id = self._make_trace_id()
         self._lifecycle.prepare(trace_id=self._trace_id)
         self._prepared = True
@@ -574,6 +582,7 @@ class profile:  # noqa: N801 - torch's name
         self._prepared = False
         self._note_distributed_info()
         trace = self._lifecycle.stop(metadata_json=self._cycle_metadata, trace_id=self._trace_id or "")
+        self._memory_profile_results = _memory_profile_results(self._lifecycle.session)
         if self.acc_events:
             self._traces.append(trace)
         else:
@@ -758,6 +767,25 @@ class profile:  # noqa: N801 - torch's name
             trace = attrs.evolve(trace, metadata_json={**trace.metadata_json, **metadata_json})
         return self._export(format, trace, os.fspath(path), **options)
 
+    def export_memory_timeline(self, path: str | os.PathLike[str], device: str | None = None) -> None:
+        """Write torch's memory timeline of the last cycle: memory over time by category.
+
+        As the installed torch's ``export_memory_timeline`` (its ``FutureWarning`` included, 2.13+):
+        ``path`` ending in ``.html`` gets a plot (needs matplotlib), ``raw.json.gz`` the raw
+        events, other ``.gz`` and any other suffix ``[times, sizes by category]`` (gzipped or
+        JSON); ``device`` defaults to device 0 of the profile's accelerator, else ``cpu``. Needs
+        ``record_shapes``, ``profile_memory`` and ``with_stack`` (``ValueError`` names those off).
+        """
+        from polyprof import memory_timeline
+
+        memory_timeline.require_torch()
+        memory_timeline.warn_if_torch_deprecates(stacklevel=2)
+        if device is None:
+            device = memory_timeline.default_device(self.use_device)
+        memory_timeline.check_flags(self)
+        self.mem_tl = memory_timeline.build_timeline(self._memory_profile_results)
+        memory_timeline.export(self.mem_tl, os.fspath(path), device)
+
     def _export(self, name: str, trace: Any, path: str, **options: Any) -> str:
         # Bounded: a hanging exporter plugin raises ExportTimeoutError naming it instead of hanging here.
         return self._lifecycle.export(name, trace, path, **options)
@@ -802,6 +830,16 @@ class profile:  # noqa: N801 - torch's name
         acts = ",".join(sorted(a.name for a in self.activities))
         action = self.current_action.name
         return f"<polyprof.profile activities={acts} step_num={self.step_num} action={action}>"
+
+
+def _memory_profile_results(session: Any) -> tuple[Any, ...]:
+    """The raw results the session's driver of torch's collector kept for the memory timeline."""
+    from polyprof.torch_result import TorchCollectorOwner
+
+    for tracer in session.tracers:
+        if isinstance(tracer, TorchCollectorOwner):
+            return tracer.memory_profile_results()
+    return ()
 
 
 def _kineto_step_tracker() -> Any:

@@ -13,7 +13,9 @@ event's duration less its children's), as torch's ``EventList`` computes them:
 * DuckDB filters and sorts one rank's host rows at a time into torch's order per thread (process
   and thread, start, longer first, file order); an event's parent is then what torch's stack walk
   (``_populate_cpu_children``) gives, ranges that overlap without nesting included
-  (``polyprof.tree.nesting_parents``, the function polyprof's own tree uses);
+  (``polyprof.tree.nesting_parents``, the function polyprof's own tree uses); c10d's async
+  collective ranges (``gloo:all_reduce``, ...: ``chrome_reader.is_async_work_name``) are in no
+  stack and have no self time, as in torch;
 * torch's ``_remove_dup_nodes`` folds an event into its parent when the parent has the same name
   and no other child: such events do not count as calls nor in CPU total, and since they share the
   name their self time stays in the name's self total.
@@ -54,6 +56,7 @@ import attrs
 import numpy as np
 
 from polyprof._log import get_logger
+from polyprof.chrome_reader import is_async_work_name
 from polyprof.errors import PolyprofError
 from polyprof.kineto_format import us_to_ns
 from polyprof.rank_set import RankSet, Skipped, temporary_parquet_dir
@@ -204,7 +207,7 @@ def _host_rows_sql(events: str) -> str:
     return f"""
     with events as ({events})
     select name, coalesce(pid, 0) as pid, coalesce(tid, 0) as tid, ts, dur,
-           cat = 'python_function' as python
+           cat = 'python_function' as python, cat = 'user_annotation' as annotation
     from events
     where ph = 'X' and ({host}) and name is not null
       and ts is not null and dur is not null and isfinite(ts) and isfinite(dur) and dur >= 0
@@ -235,6 +238,7 @@ def _ops_of_rank(
     start: np.ndarray,
     duration: np.ndarray,
     counted: np.ndarray,
+    asynchronous: np.ndarray,
 ) -> list[RankOp]:
     """Calls, CPU total and self CPU per name of one rank's sorted host rows (see the module notes)."""
     n = len(codes)
@@ -242,7 +246,10 @@ def _ops_of_rank(
         return []
     # rows come sorted by process and thread: a lane is a run of equal (pid, tid)
     lane = np.cumsum(np.r_[False, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])])
-    parent = nesting_parents(start, start + duration, lane)
+    nested = np.flatnonzero(~asynchronous)  # torch's stacks leave async rows out
+    found = nesting_parents(start[nested], start[nested] + duration[nested], lane[nested])
+    parent = np.full(n, -1, dtype=np.int64)
+    parent[nested[found >= 0]] = nested[found[found >= 0]]
     has = parent >= 0
     children_ns = _sums(parent[has], duration[has], n)
     child_count = np.bincount(parent[has], minlength=n)
@@ -252,7 +259,8 @@ def _ops_of_rank(
     kept = ~folded & counted
     calls = np.bincount(codes[kept], minlength=len(table))
     total_ns = _sums(codes[kept], duration[kept], len(table))
-    self_by_name = _sums(codes[counted], duration[counted] - children_ns[counted], len(table))
+    own_ns = np.where(asynchronous, 0, duration - children_ns)  # async rows have no self time
+    self_by_name = _sums(codes[counted], own_ns[counted], len(table))
     by_key: dict[str, list[int]] = {}
     for code, name in enumerate(table):
         entry = by_key.setdefault(_STEP_NAME.sub("ProfilerStep*", name), [0, 0, 0])
@@ -363,9 +371,11 @@ def rows_of_rank(connection: Any, path: str, rank: int) -> RankRows:
     python = host.column("python").to_numpy(zero_copy_only=False).astype(bool)
     skip_python = post_processing_rules().key_averages_skips_python_functions
     counted = ~python if skip_python else np.ones(len(python), bool)
+    async_name = np.array([is_async_work_name(name) for name in table] + [False], bool)
+    asynchronous = host.column("annotation").to_numpy(zero_copy_only=False).astype(bool) & async_name[codes]
     overlap = _overlap_of_rank(rank, device)
     return RankRows(
-        ops=tuple(_ops_of_rank(rank, codes, table, pid, tid, start, duration, counted)),
+        ops=tuple(_ops_of_rank(rank, codes, table, pid, tid, start, duration, counted, asynchronous)),
         kernels=tuple(_kernels_of_rank(rank, device)),
         steps=tuple(_steps_of_rank(rank, codes, table, duration)),
         overlap=() if overlap is None else (overlap,),

@@ -363,6 +363,11 @@ class TorchCollectorOwner(abc.ABC):
     def toggle_torch_activities(self, enable: bool, names: frozenset[str]) -> None:
         """Pause or resume torch's collector for these activities (``"CUDA"``, ...) while recording."""
 
+    def memory_profile_results(self) -> tuple[Any, ...]:
+        """The raw results of the last recording, kept only when torch's memory profile needs them
+        (``polyprof.memory_timeline.keeps_memory_profile``); else none."""
+        return ()
+
 
 __all__ = [
     "HOST_ACTIVITY_TYPES",

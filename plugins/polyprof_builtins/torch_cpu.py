@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import gc
 import os
-import re
 import sys
 import threading
 import time
@@ -42,6 +41,7 @@ from polyprof.kineto_format import (
     KinetoArgsText,
     kineto_args_column,
 )
+from polyprof.memory_timeline import keeps_memory_profile
 from polyprof.result_rows import UNDECODABLE_NAME, ResultRows, safe_text
 from polyprof.result_rows import accessor as _accessor
 from polyprof.session import user_stacklevel
@@ -51,6 +51,7 @@ from polyprof.torch_result import (
     TorchCollectorOwner,
     TorchResultTracer,
 )
+from polyprof_builtins import own_frames
 
 log = get_logger(__name__)
 
@@ -312,10 +313,12 @@ class SavedKinetoTrace:
         kind = np.full(n, EventKind.PYTHON_FUNCTION, dtype=np.int8)
         own = _own_python_frames(kind, names, name_idx, py_id, py_parent)
         if own.any():
-            orphans = _orphaned_by(own, py_id, py_parent)
-            py_parent[orphans] = -1
-            for i in np.flatnonzero(orphans).tolist():
-                args[i] = {**args[i], Arg.PYTHON_PARENT_ID: None}
+            tid = np.array([_as_int64(ev.get("tid"), 0) for ev in events], dtype=np.int64)
+            entry = own_frames.thread_entries(names, name_idx)
+            py_parent, moved = _reparented(own, py_id, py_parent, entry, tid)
+            for i in np.flatnonzero(moved).tolist():
+                parent = int(py_parent[i])
+                args[i] = {**args[i], Arg.PYTHON_PARENT_ID: parent if parent >= 0 else None}
         columns = {
             "kind": kind,
             "name": name_idx,
@@ -390,10 +393,11 @@ class _DeferredDecoder:
         with_args: bool,
         structured: tuple[tuple[str, str], ...] = (),
         saved: SavedKinetoTrace | None = None,
-        rerooted: np.ndarray | None = None,
+        reparented: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         self._rows: ResultRows | None = rows  # the batch's rows of torch's result, in batch order
-        self._rerooted = rerooted  # frames whose parent was one of polyprof's own: roots now
+        # (rows, new parent ids) of the frames whose parent was one of polyprof's own
+        self._reparented = reparented
         self._saved = saved  # torch's own trace of the result, where decoding read it already
         self._scalars = scalars
         self._structured = structured
@@ -445,8 +449,8 @@ class _DeferredDecoder:
                 columns.update(_saved_trace_columns(rows, with_args=self._with_args, saved=self._saved))
             elif self._with_args:
                 columns["args"] = _trace_args_column(rows)
-            if "args" in columns and self._rerooted is not None and len(self._rerooted):
-                columns["args"] = _without_python_parent(*columns["args"], self._rerooted)
+            if "args" in columns and self._reparented is not None and len(self._reparented[0]):
+                columns["args"] = _with_python_parents(*columns["args"], *self._reparented)
         return columns
 
 
@@ -568,61 +572,25 @@ def _host_row_mask(rows: ResultRows, claims: DeviceRowClaims) -> np.ndarray:
     return np.array(claims.host_row_mask(events, types), dtype=bool)
 
 
-#: Frames that only polyprof's own bus threads run: the loop thread's root, and the closer.
-#: Not every bus.py frame: the user's thread calls into the bus too (start, stop, statistics),
-#: and matching those took the user's whole call tree for polyprof's.
-_OWN_THREAD_FRAME = re.compile(r"(^|/)(polyprof|core)/bus\.py\(\d+\): (_run_bus_loop|_shut_down)$")
-#: The first frame of every ``threading.Thread``. torch chains the stacks of the threads it never
-#: saw run (blocked all along) into one: each such thread's entry names the previous thread's
-#: innermost frame as its parent. Call trees are cut here so each thread is its own tree.
-_THREAD_ENTRY_FRAME = re.compile(r"(^|/)threading\.py\(\d+\): _bootstrap$")
-
-
 def _own_python_frames(
     kind: np.ndarray, names: tuple, name_idx: np.ndarray, py_id: np.ndarray, py_parent: np.ndarray
 ) -> np.ndarray:
-    """Mask of Python frames recorded on polyprof's own bus thread.
-
-    torch's Python tracer records every thread's frames, and frames of threads
-    it does not track carry no thread id; the bus thread's call trees are
-    recognised by their frames and left out (torch.profiler has no such thread).
-    """
+    """Mask of the Python frames that are polyprof's own (polyprof_builtins.own_frames)."""
     python = np.flatnonzero(kind == EventKind.PYTHON_FUNCTION)
-    if not len(python):
-        return np.zeros(len(kind), dtype=bool)
-    marks = np.array([bool(_OWN_THREAD_FRAME.search(n)) for n in names] + [False], dtype=bool)
-    own_frame = marks[name_idx[python]]
-    if not own_frame.any():
-        return np.zeros(len(kind), dtype=bool)
-    entries = np.array([bool(_THREAD_ENTRY_FRAME.search(n)) for n in names] + [False], dtype=bool)
-    # Root of every frame's call tree, by following parent ids (a loop per depth level).
-    ids = py_id[python]
-    order = np.argsort(ids)
-    sorted_ids = ids[order]
-    parent = np.where(entries[name_idx[python]], -1, py_parent[python])
-    root = ids.copy()
-    current = parent.copy()
-    for _ in range(10_000):
-        pos = np.searchsorted(sorted_ids, current)
-        found = (pos < len(sorted_ids)) & (sorted_ids[np.minimum(pos, len(sorted_ids) - 1)] == current)
-        if not found.any():
-            break
-        parent_rows = order[np.minimum(pos, len(order) - 1)]
-        root = np.where(found, current, root)
-        current = np.where(found, parent[parent_rows], -1)
-    own_roots = np.unique(root[own_frame])
     mask = np.zeros(len(kind), dtype=bool)
-    mask[python[np.isin(root, own_roots)]] = True
+    mask[python] = own_frames.profiler_frames(python, names, name_idx, py_id, py_parent)
     return mask
 
 
-def _without_python_parent(indices: np.ndarray, table: tuple, rows: np.ndarray) -> tuple[np.ndarray, tuple]:
-    """The args column with the args of ``rows`` as torch writes a root frame's:
-    ``"Python parent id": null`` (before 2.15) or no such key (2.15+)."""
+def _with_python_parents(
+    indices: np.ndarray, table: tuple, rows: np.ndarray, parents: np.ndarray
+) -> tuple[np.ndarray, tuple]:
+    """The args column with ``parents`` as the Python parent ids of ``rows``; a root (-1) as torch
+    writes one: ``"Python parent id": null`` (before 2.15) or no such key (2.15+)."""
     omit = torch_support.installed().at_least(2, 15)
     indices = indices.copy()
     table_list = list(table)
-    for row in rows.tolist():
+    for row, new_parent in zip(rows.tolist(), parents.tolist(), strict=True):
         index = int(indices[row])
         if index < 0:
             continue
@@ -631,7 +599,9 @@ def _without_python_parent(indices: np.ndarray, table: tuple, rows: np.ndarray) 
         parent = args.get(Arg.PYTHON_PARENT_ID)
         if not isinstance(parent, int) or isinstance(parent, bool):  # none, or null already
             continue
-        if omit:
+        if new_parent >= 0:
+            args[Arg.PYTHON_PARENT_ID] = new_parent
+        elif omit:
             del args[Arg.PYTHON_PARENT_ID]
         else:
             args[Arg.PYTHON_PARENT_ID] = None
@@ -640,10 +610,18 @@ def _without_python_parent(indices: np.ndarray, table: tuple, rows: np.ndarray) 
     return indices, tuple(table_list)
 
 
-def _orphaned_by(own: np.ndarray, py_id: np.ndarray, py_parent: np.ndarray) -> np.ndarray:
-    """Frames kept whose parent is one of polyprof's own (torch chained their thread to it): roots
-    now, with no parent, as in torch.profiler's run, which has no bus thread to chain to."""
-    return ~own & (py_parent >= 0) & np.isin(py_parent, py_id[own])
+def _reparented(
+    own: np.ndarray,
+    py_id: np.ndarray,
+    py_parent: np.ndarray,
+    entry: np.ndarray,
+    tid: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Python parent ids once ``own`` frames are gone, and which kept frames' parent changed:
+    the user's frames that polyprof called hang from their nearest kept ancestor; a thread's
+    frames that torch chained to polyprof's thread are roots, as in torch.profiler's run."""
+    parents = own_frames.kept_parents(own, py_id, py_parent, entry, tid)
+    return parents, ~own & (parents != py_parent)
 
 
 UNDECODABLE_FRAME = "<undecodable stack frame>"
@@ -783,7 +761,10 @@ def _decode_now(
             (_shapes_key(s) for s in map(_accessor(events, "shapes"), events)), empty=()
         )
     if config.with_stack:
-        columns["stack"], tables["stack"] = intern_column(_stacks(rows.events(), notes), empty=())
+        columns["stack"], stack_table = intern_column(_stacks(rows.events(), notes), empty=())
+        tables["stack"] = tuple(
+            map(own_frames.without_own_frames, stack_table)
+        )  # one pass per distinct stack
         python = np.flatnonzero(kind == EventKind.PYTHON_FUNCTION)
         python_rows = rows.take(python)
         for col in ("python_id", "python_parent_id"):
@@ -808,15 +789,17 @@ def _decode_now(
     rows.forget_events()
     if not trace_freed:
         release_free_heap_in_background()
-    keep = rerooted = None
+    keep = reparented = None
     if config.with_stack:
         own = _own_python_frames(kind, names, name_idx, columns["python_id"], columns["python_parent_id"])
         if own.any():
-            orphans = _orphaned_by(own, columns["python_id"], columns["python_parent_id"])
-            columns["python_parent_id"][orphans] = -1
+            entry = own_frames.thread_entries(names, name_idx) & (kind == EventKind.PYTHON_FUNCTION)
+            parents, moved = _reparented(own, columns["python_id"], columns["python_parent_id"], entry)
+            columns["python_parent_id"] = parents
             keep = np.flatnonzero(~own)
-            rerooted = np.flatnonzero(orphans[keep])
             columns = {field: values[keep] for field, values in columns.items()}
+            moved_rows = np.flatnonzero(moved[keep])
+            reparented = (moved_rows, columns["python_parent_id"][moved_rows])
     features = torch_support.installed()
     if features.has_accessor(MODULE_ID[1]):
         deferred_scalars = (*deferred_scalars, MODULE_ID)
@@ -838,7 +821,7 @@ def _decode_now(
         else:
             trace_only = saved.python_function_batch()
     deferred = _DeferredDecoder(
-        rows if keep is None else rows.take(keep), deferred_scalars, with_args, structured, saved, rerooted
+        rows if keep is None else rows.take(keep), deferred_scalars, with_args, structured, saved, reparented
     )
     batch = EventBatch.build(SOURCE, columns, tables, {f: deferred.provider(f) for f in deferred.fields()})
     facts = {"start_ns": int(result.trace_start_ns()), "notes": notes}
@@ -966,6 +949,8 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         self._end_ns = 0
         self._result_start_ns = 0
         self._notes: list[str] = []
+        #: The last recording's raw results, kept for torch's memory profile (polyprof.memory_timeline).
+        self._memory_profile_results: list[Any] = []
         # Checked now, so a bad POLYPROF_KINETO_READER fails the profile's creation, not its decode;
         # "native" builds the compiled reader now, before anything is recorded.
         self._reader_mode = native_reader.mode()
@@ -1003,6 +988,9 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
 
     def prepare(self) -> None:
         self._check_no_other_profiler()
+        # the last cycle's raw result goes as the next is prepared, as torch's prepare_trace drops
+        # its profiler: kept on, it would be held while the next cycle records (about twice the memory)
+        self._memory_profile_results = []
         self._cfg = self._profiler_config()
         self._torch_activities = _collector_activities(self.config)
         self._prepare_collector()
@@ -1011,6 +999,8 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
     def _hand_over(self, raw: Any) -> None:
         """One collector result: to this tracer's outbox when it records CPU, and to every device tracer."""
         result = CollectorResult(raw)
+        if keeps_memory_profile(self.config):
+            self._memory_profile_results.append(raw)
         if self.activities:
             self.outbox.put(result)
         for tracer in self._result_tracers:
@@ -1124,6 +1114,9 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
             _start_reader_build(self._reader_mode)
         finally:
             self._close_outboxes()
+
+    def memory_profile_results(self) -> tuple[Any, ...]:
+        return tuple(self._memory_profile_results)
 
     def _release_prepared_collector(self) -> None:
         """Start and stop the collector this tracer prepared, discarding the result: torch keeps a

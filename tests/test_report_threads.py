@@ -9,6 +9,7 @@ the report of each rank's trace (alone, and as ``--per-rank`` renders it) must g
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import textwrap
@@ -91,6 +92,9 @@ def test_report_of_each_gloo_rank_trace_is_torchs_table_of_that_rank(tmp_path: P
         ours = _rows(load_report_results(out / f"rank{rank}.json").key_averages())
         assert ours == _approx(rows), f"rank {rank}"
         theirs[rank] = rows
+
+    if not all(importlib.util.find_spec(name) for name in ("duckdb", "pyarrow")):
+        return  # the report across ranks below needs polyprof[analysis]; each rank's table is above
 
     # --per-rank renders each rank's table as the report of that trace alone
     traces = tmp_path / "traces"

@@ -25,12 +25,14 @@
 #      OUT defaults to /tmp/polyprof-gpu-check where it is unset. Exit status: pytest's, or 2
 #      when something polyprof needs is missing.
 #
-# Time: the comparisons take about 3-5 minutes (5 workloads x 2 children, plus HTA), the soak
+# Time: the comparisons take about 4-6 minutes (5 workloads x 3 children: torch.profiler, polyprof and
+# torch.profiler again for torch's own spread, the last without overhead loops; plus HTA), the soak
 # POLYPROF_GPU_SOAK_S (300 s by default). Where one command may run 10 minutes at most, run it
 # twice:   scripts/gpu_check.sh -k "not soak"    then    scripts/gpu_check.sh -k soak
 # Other knobs (tests/gpu/conftest.py): POLYPROF_GPU_STEPS, POLYPROF_GPU_REPS,
 # POLYPROF_GPU_OVERHEAD_REPS, POLYPROF_GPU_OVERHEAD_STEPS, POLYPROF_GPU_CHILD_TIMEOUT_S (300 here),
-# POLYPROF_GPU_GRAPH_PREINIT=0 (capture the CUDA graph before any profiler ran).
+# POLYPROF_GPU_GRAPH_PREINIT=0 (capture the CUDA graph before any profiler ran),
+# POLYPROF_GPU_TORCH_AGAIN=0 (no second torch.profiler child: torch's spread from its recordings only).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

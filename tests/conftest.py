@@ -43,6 +43,8 @@ TORCH_ORACLE_FILES = (
     "test_memory_timeline.py",
     "test_own_frames.py",
     "test_report_threads.py",
+    "test_outside_stop.py",
+    "test_use_cuda.py",
     "test_*version*.py",
 )
 #: The plugin host (marker ``plugin_host``): pluggy's hooks called plugin by plugin, guarded

@@ -8,6 +8,7 @@ that torch 2.13 accepts keep working (torch is asked in the same test).
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from polyprof import ProfilerActivity, legacy
 from polyprof.config import ProfileArgumentError
 from polyprof.errors import PolyprofWarning
 from polyprof.profiler import NoActivitiesError, ProfilerNotStartedError
-from polyprof.shim import AutogradProfile
+from polyprof.shim import AutogradProfile, TorchProfile
 
 CPU = ProfilerActivity.CPU
 CONFIG_FLAGS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
@@ -119,6 +120,21 @@ def test_torch_refuses_them_too(case: tuple) -> None:
     assert _torch_refuses(tp.profile, {name: value})
 
 
+#: Whether the installed torch.profiler.profile still takes ``use_cuda`` (2.6 to 2.13; 2.14 removed it).
+TORCH_TAKES_USE_CUDA = "use_cuda" in inspect.signature(tp.profile).parameters
+
+
+def _check_torch_takes(kwargs: dict[str, Any]) -> None:
+    """torch takes ``kwargs``; or, with ``use_cuda`` where torch 2.14+ removed it, refuses them as the
+    shim does, while ``polyprof.profile`` keeps torch 2.13's signature (DESIGN.md)."""
+    if "use_cuda" in kwargs and not TORCH_TAKES_USE_CUDA:
+        assert _torch_refuses(tp.profile, kwargs)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'use_cuda'"):
+            TorchProfile(**kwargs)
+        return
+    assert not _torch_refuses(tp.profile, kwargs)
+
+
 #: Values of the wrong type that torch 2.13 takes, read as their truth value.
 ACCEPTED = [
     *[(flag, value) for flag in CONFIG_FLAGS for value in (1, 0, np.bool_(True))],
@@ -131,7 +147,7 @@ ACCEPTED = [
 
 @pytest.mark.parametrize(("name", "value"), ACCEPTED, ids=[f"{n}={v!r}" for n, v in ACCEPTED])
 def test_values_torch_takes_are_taken(name: str, value: Any) -> None:
-    assert not _torch_refuses(tp.profile, {name: value})
+    _check_torch_takes({name: value})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # use_cuda is deprecated, as in torch
         prof = polyprof.profile(**{name: value})
@@ -141,7 +157,7 @@ def test_values_torch_takes_are_taken(name: str, value: Any) -> None:
 
 @pytest.mark.parametrize(("name", "value"), [("acc_events", "no"), ("use_cuda", "no")])
 def test_strings_torch_reads_as_true_warn(name: str, value: str) -> None:
-    assert not _torch_refuses(tp.profile, {name: value, "activities": [CPU]})
+    _check_torch_takes({name: value, "activities": [CPU]})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         polyprof.profile(activities=[CPU], **{name: value})

@@ -420,13 +420,16 @@ def test_autograd_profile_arguments_map_as_documented() -> None:
         with pytest.warns(FutureWarning, match="use_cuda"):
             prof = shim.AutogradProfile(use_cuda=True)
         assert prof.activities == {polyprof.ProfilerActivity.CPU, polyprof.ProfilerActivity.CUDA}
-    prof = shim.AutogradProfile(use_device="xpu", use_cpu=False)
+    prof = shim.AutogradProfile(use_device="xpu", use_cpu=False, use_kineto=True)
     assert prof.activities == {polyprof.ProfilerActivity.XPU}
     # torch raises AssertionError here; polyprof's error is both.
     with pytest.raises(AssertionError, match="No activities specified"):
-        shim.AutogradProfile(use_cpu=False)
+        shim.AutogradProfile(use_cpu=False, use_kineto=True)
     with pytest.raises(ValueError, match="No activities specified"):
-        shim.AutogradProfile(use_cpu=False)
+        shim.AutogradProfile(use_cpu=False, use_kineto=True)
+    # Device-only needs use_kineto=True, in torch and in the shim (tests/test_use_cuda.py).
+    with pytest.raises(AssertionError, match="Device-only events supported only with Kineto"):
+        shim.AutogradProfile(use_device="xpu", use_cpu=False)
     prof = shim.AutogradProfile(with_flops=True)
     assert prof.record_shapes and prof.with_flops
     if "activity_filters" in torch_params:  # torch 2.12+

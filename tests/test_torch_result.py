@@ -315,7 +315,7 @@ def _owner_with_client() -> tuple[Any, _RecordingResultTracer]:
     client = _RecordingResultTracer()
     owner.share_results_with(client)
     client.fed_by(owner)
-    owner._state = "running"  # as after start(), without running torch's collector for CUDA
+    owner._state = torch_cpu._CollectorState.RUNNING  # as after start(), without torch's collector for CUDA
     return owner, client
 
 
@@ -343,6 +343,7 @@ def test_a_nested_torch_profiler_pause_waits_for_the_devices_first(monkeypatch: 
     import torch._C._autograd as autograd
 
     monkeypatch.setattr(autograd, "_disable_profiler", lambda: "raw result")
+    monkeypatch.setattr(autograd, "_profiler_enabled", lambda: True)  # the session is there to pause
     owner, client = _owner_with_client()
     with pytest.warns(torch_cpu.NestedProfilerWarning):
         owner._pause_for_inner_profiler()

@@ -7,6 +7,18 @@ record-once rule (``polyprof.recording.RecordOnce``, shared with
 autograd profile it has no ``start()``, ``stop()``, ``step()`` or schedule.
 
 Which arguments are honoured, and how: docs/shims.md.
+
+CUDA (``use_device="cuda"``, or the deprecated ``use_cuda=True`` of torch 2.6
+to 2.13) is recorded the way torch records it with ``use_kineto=True``: the
+real kernels, copies and fills, through torch's Kineto (polyprof-cuda), each
+linked to the op that launched it. torch's default, ``use_kineto=False``, is
+its GPU fallback instead (``ProfilerState.KINETO_GPU_FALLBACK``): a CUDA event
+pair around every op on the current stream, one "kernel" per op named after
+the op. polyprof does not reproduce that measurement; docs/shims.md ("CUDA
+time: use_cuda, use_device and use_kineto") says why and what differs.
+``use_kineto`` keeps torch's one rule that does not depend on the device:
+``use_cpu=False`` needs ``use_kineto=True`` (``KinetoRequiredError``, an
+``AssertionError`` as torch's).
 """
 
 from __future__ import annotations
@@ -20,15 +32,15 @@ from typing import Any
 from polyprof import frontend_results
 from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity, coerce_activity
-from polyprof.errors import PolyprofWarning
-from polyprof.profiler import NoActivitiesError
+from polyprof.errors import PolyprofError, PolyprofWarning
+from polyprof.profiler import NoActivitiesError, warn_torch_deprecations
 from polyprof.profiler import profile as _polyprof_profile
 from polyprof.recording import RecordOnce
 from polyprof.shim_arguments import check_torch_arguments
 
 log = get_logger(__name__)
 
-__all__ = ["AutogradProfile"]
+__all__ = ["AutogradProfile", "KinetoRequiredError"]
 
 #: ``use_device`` values torch accepts and the activity each records.
 DEVICE_ACTIVITY: Mapping[str, ProfilerActivity] = {
@@ -49,22 +61,32 @@ def _privateuse1_backend_name() -> str | None:
     return None if name == "privateuseone" else name
 
 
-def _autograd_device(use_cuda: bool, use_device: str | None) -> ProfilerActivity | None:
+class KinetoRequiredError(PolyprofError, ValueError, AssertionError):
+    """``use_cpu=False`` without ``use_kineto=True``, which torch's autograd profile refuses.
+
+    Also an AssertionError, the type torch raises ("Device-only events supported
+    only with Kineto (use_kineto=True)"), so code that catches torch's keeps working.
+    """
+
+
+def _warn_use_cuda() -> None:
+    """torch 2.6 to 2.13's warning for ``use_cuda=True`` (2.14 removed the argument)."""
+    warnings.warn(
+        "The attribute `use_cuda` will be deprecated soon, please use ``use_device = 'cuda'`` instead.",
+        FutureWarning,
+        stacklevel=4,
+    )
+
+
+def _autograd_device(use_device: str | None) -> ProfilerActivity | None:
     """The device activity ``torch.autograd.profiler.profile`` would record, warning as torch warns."""
-    if use_cuda:
-        warnings.warn(
-            "The attribute `use_cuda` will be deprecated soon, please use ``use_device = 'cuda'`` instead.",
-            FutureWarning,
-            stacklevel=3,
-        )
-        use_device = "cuda"
     if use_device is None:
         return None
     if use_device in DEVICE_ACTIVITY:
         return DEVICE_ACTIVITY[use_device]
     if use_device == _privateuse1_backend_name():
         return ProfilerActivity.PrivateUse1
-    warnings.warn(f"The {use_device} is not a valid device option.", stacklevel=3)
+    warnings.warn(f"The {use_device} is not a valid device option.", stacklevel=4)
     return None
 
 
@@ -122,6 +144,18 @@ class AutogradProfile:
         _profiler_extensions: Mapping[str, str] | None = None,
         plugin_manager: Any = None,
     ) -> None:
+        self.enabled = bool(enabled)
+        #: torch's switch between its GPU fallback (False) and Kineto (True). polyprof records
+        #: devices through Kineto either way; it only keeps torch's rule for ``use_cpu=False``.
+        self.use_kineto = use_kineto
+        self.use_cpu = bool(use_cpu)
+        #: torch's ``enabled`` and record-once rule.
+        self._once = RecordOnce(enabled=self.enabled, frontend="torch.autograd.profiler.profile")
+        if not self.enabled:
+            # torch's __init__ keeps ``enabled`` and returns (2.6 to 2.15): no other argument is
+            # checked or warned about. The composed profile, never started, has torch's defaults.
+            self._profile = _polyprof_profile.on_behalf_of(self)
+            return
         if _profiler_extensions:
             # torch 2.15's CUDA profiler extensions (performance metrics): torch's Kineto runs them.
             warnings.warn(
@@ -130,11 +164,8 @@ class AutogradProfile:
                 PolyprofWarning,
                 stacklevel=2,
             )
-        self.enabled = bool(enabled)
-        #: Accepted for torch compatibility; polyprof's tracers decide how to record.
-        self.use_kineto = use_kineto
-        self.use_cpu = bool(use_cpu)
-        device = _autograd_device(bool(use_cuda), use_device)
+        warn_torch_deprecations(with_modules, experimental_config, stacklevel=2)  # where torch 2.14+ warns
+        device = self._device(use_cuda, use_device)
         chosen = ([ProfilerActivity.CPU] if self.use_cpu else []) + ([device] if device is not None else [])
         if not chosen:
             raise NoActivitiesError(
@@ -161,8 +192,19 @@ class AutogradProfile:
             post_processing_timeout_s=post_processing_timeout_s,
             plugin_manager=plugin_manager,
         )
-        #: torch's ``enabled`` and record-once rule.
-        self._once = RecordOnce(enabled=self.enabled, frontend="torch.autograd.profiler.profile")
+
+    def _device(self, use_cuda: Any, use_device: str | None) -> ProfilerActivity | None:
+        """The device to record, checked and warned about in torch's order (not called when disabled)."""
+        if use_cuda:
+            _warn_use_cuda()
+            use_device = "cuda"
+        if not self.use_cpu and not self.use_kineto:
+            raise KinetoRequiredError(
+                "Device-only events supported only with Kineto (use_kineto=True): torch's "
+                "torch.autograd.profiler.profile refuses use_cpu=False without use_kineto=True, and so does "
+                "polyprof's; pass use_kineto=True, or keep use_cpu=True"
+            )
+        return _autograd_device(use_device)
 
     # torch's settings (read when recording starts, as torch reads them), kept by the composed profile.
     record_shapes = _Forwarded()

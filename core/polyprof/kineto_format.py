@@ -328,6 +328,11 @@ class KinetoLayout:
     #: torch 2.7 only: every op, annotation and Python function carries ``"finished": true`` in its
     #: args (2.6 and 2.8+ do not; measured on 2.6.0, 2.7.1, 2.8.0).
     finished_in_op_args: bool = False
+    #: torch 2.14+ (measured: 2.14.1 and 2.15.0 do it, 2.13.0 not): double quotes in the names of
+    #: its host events (Python functions such as ``profiler_bad"file.py(1): f``, ops, annotations)
+    #: become single quotes before Kineto writes them. Before, Kineto writes them raw, which leaves
+    #: the whole file invalid JSON; polyprof writes them escaped there (``trace_name``).
+    single_quotes_in_names: bool = True
 
 
 NEWEST_LAYOUT = KinetoLayout()
@@ -347,7 +352,31 @@ def kineto_layout() -> KinetoLayout:
         host_name=features.at_least(2, 12, 1),
         overload_in_names=features.at_least(2, 8),
         finished_in_op_args=features.at_least(2, 7) and not features.at_least(2, 8),
+        single_quotes_in_names=features.at_least(2, 14),
     )
+
+
+def trace_name(name: str, layout: KinetoLayout = NEWEST_LAYOUT) -> str:
+    """An event's name as torch's Kineto writes it in a Chrome trace.
+
+    Kineto's writer turns backslashes into ``/`` and drops newlines (every
+    supported release, measured on 2.6.0, 2.13.0, 2.14.1 and 2.15.0); torch
+    2.14+ turns double quotes into single quotes
+    (``KinetoLayout.single_quotes_in_names``). Only the trace's names change:
+    ``events()``, ``key_averages()`` and tables keep the names as recorded, as
+    torch's do.
+
+    One rule is not followed, on purpose: Kineto 7ae1ce85 (January 2025, so
+    torch 2.7+; measured on 2.13.0, 2.14.1 and 2.15.0, not on 2.6.0) writes any
+    name that still has a character outside printable ASCII (a tab, ``é``,
+    ``中``) as ``unknown``. Such a name is kept here, JSON-escaped, as torch
+    wrote it before, rather than lost (docs/torch-versions.md).
+    """
+    if "\\" in name or "\n" in name:
+        name = name.replace("\\", "/").replace("\n", "")
+    if layout.single_quotes_in_names and '"' in name:
+        name = name.replace('"', "'")
+    return name
 
 
 # ------------------------------------------------------------------- args
@@ -578,6 +607,7 @@ __all__ = [
     "kind_of_category",
     "kineto_args_column",
     "kineto_layout",
+    "trace_name",
     "trimonth_base_ns",
     "us_to_ns",
 ]

@@ -36,9 +36,11 @@ Deliberate differences from torch 2.13's legacy profiler:
    ``__enter__`` raises ``ActivityUnavailableError`` naming the distribution
    to install, and nothing is left running. When the plugin is installed but
    cannot record here (no driver, no device), profiling goes on CPU-only with
-   an ``ActivityUnavailableWarning`` (torch's ``use_cuda`` warns the same way).
-   With device data the tables get ``Self XPU`` / ``XPU total`` /
-   ``XPU time avg`` (or CUDA) columns.
+   an ``ActivityUnavailableWarning`` (a ``UserWarning``, at ``__enter__``,
+   with the reason) where torch's ``use_cuda`` warns "CUDA is not available,
+   disabling CUDA profiling" when the profile is made. With device data the
+   tables get ``Self XPU`` / ``XPU total`` / ``XPU time avg`` (or CUDA)
+   columns.
 3. A profile records once: a second ``__enter__``, during or after the run,
    raises ``RuntimeError("Profiler context manager is not reentrant: ...")``
    as torch does, with a message saying which case it is (an ``__enter__``
@@ -58,6 +60,13 @@ Deliberate differences from torch 2.13's legacy profiler:
    ``table(sort_by="id")`` lists them first, where torch's id 0 puts them
    last), and device time comes from the device tracer's kernels linked to
    their launching op (kernel rows are listed too, as in ``torch.profiler``).
+   For ``use_cuda=True`` that is a different measurement from torch's legacy
+   profiler, which records a CUDA event pair around each op on the current
+   stream and gives every op one "kernel" named after the op: polyprof's
+   ``Self CUDA`` / ``CUDA total`` are the op's real kernels (its own, and
+   with its children's), as ``torch.profiler`` measures them, and
+   ``evt.kernels`` holds the kernels' own names. docs/shims.md ("CUDA time:
+   use_cuda, use_device and use_kineto") says why and what else differs.
 7. Flags take what torch's legacy profiler takes: ``enabled``, ``use_cuda``
    and ``use_xpu``, which torch only tests for truth, take any value as its
    truth value (a string warns: ``"no"`` is true); the others take bools,
@@ -67,6 +76,14 @@ Deliberate differences from torch 2.13's legacy profiler:
 8. ``__exit__`` on a profile that is not recording (never entered, or
    already exited) raises ``RuntimeError``, as torch's does, with a message
    that says which; with ``enabled=False`` it does nothing, as in torch.
+
+``export_chrome_trace`` writes what torch's legacy export writes: the host
+rows (the ``"CPU functions"`` lane; the runtime calls that launched device
+work are host rows too) and, per kernel an op launched, one ``cpu_to_cuda``
+(``cpu_to_xpu``) flow start, but no kernel events: the device rows are in
+the events and tables, and in the Kineto-shaped trace that
+``polyprof.profile`` writes. ``prof.function_events.export_chrome_trace()``
+writes the same file, as in torch, where the two are one call.
 """
 
 from __future__ import annotations
@@ -83,11 +100,14 @@ from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.config import check_plugin_manager, config_flag, truth_flag
 from polyprof.errors import ProfilerDisabledError
+from polyprof.event_list import EventList
+from polyprof.events import DeviceType
+from polyprof.legacy_trace import write_legacy_chrome_trace
 from polyprof.recording import Recording, RecordOnce
 
 log = get_logger(__name__)
 
-__all__ = ["ProfilerDisabledError", "profile"]
+__all__ = ["LegacyEventList", "ProfilerDisabledError", "profile"]
 
 #: torch's name for the synthetic rows of allocations made outside every op.
 MEMORY_EVENT_NAME = "[memory]"
@@ -281,6 +301,9 @@ class profile:  # noqa: N801 - torch's name
     def export_chrome_trace(self, path: str | os.PathLike[str]) -> str:
         """Write torch's legacy Chrome trace (a JSON array of ``"ph": "X"`` events) atomically.
 
+        The host rows, with one ``cpu_to_<device>`` flow start per kernel an op
+        launched; no device rows, as torch's legacy export has none.
+
         :returns: the path written.
         """
         return self._finished_events("export_chrome_trace()").export_chrome_trace(path)
@@ -322,6 +345,21 @@ def _without_python_functions(trace: Any) -> Any:
     return attrs.evolve(trace, events=events.take(np.flatnonzero(~python)))
 
 
+class LegacyEventList(EventList):
+    """``function_events`` of a legacy profile: an ``EventList`` whose Chrome export is torch's legacy one.
+
+    torch's legacy profile's ``export_chrome_trace`` is its ``function_events``'
+    (one call), and its events have no device rows: kernels hang off the ops
+    that launched them. Here the kernel rows are events too (as in
+    ``torch.profiler``), so the export leaves them out and keeps each one as
+    its op's ``cpu_to_<device>`` flow start, as torch writes it.
+    """
+
+    def export_chrome_trace(self, path: str | os.PathLike[str]) -> str:
+        host = [evt for evt in self if int(evt.device_type) == DeviceType.CPU]
+        return write_legacy_chrome_trace(host, path, device_name=self._use_device or "cuda")
+
+
 def _legacy_event_list(results: Any) -> Any:
     """The events in the legacy profiler's order: ``[memory]`` rows first, then the rest as recorded.
 
@@ -333,4 +371,4 @@ def _legacy_event_list(results: Any) -> Any:
         memory = tree.synthetic & (tree.key == tree.keys.index(MEMORY_EVENT_NAME))
         if memory.any():
             rows = np.concatenate([np.flatnonzero(memory), np.flatnonzero(~memory)])
-    return results.event_list(rows)
+    return results.event_list(rows, list_type=LegacyEventList)

@@ -6,8 +6,11 @@ the result methods follow torch 2.13. Recording and post-processing go
 through a polyprof ``Session``: plugins, the event bus, columnar results.
 
 ``activities`` is read as the installed torch reads it (dict filters from
-torch 2.12, the same exception types), and ``KinetoStepTracker`` is driven as
-the installed torch drives it.
+torch 2.12, the same exception types; its ``activity_configs`` attribute on
+2.15), ``KinetoStepTracker`` is driven as the installed torch drives it, and
+the settings the installed torch deprecates (``with_modules`` on 2.14+,
+``adjust_profiler_step`` on 2.15, ...) give its ``FutureWarning`` where it
+gives them (``warn_torch_deprecations``).
 
 Differences from torch, on purpose: starting a profile while another is
 running raises a clear RuntimeError (torch silently empties the outer one);
@@ -29,7 +32,7 @@ import sys
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -51,7 +54,12 @@ from polyprof.errors import PolyprofError, PolyprofWarning
 from polyprof.record import record_function
 from polyprof.recording import Recording
 from polyprof.schedule import ProfilerAction, coerce_action, default_schedule
-from polyprof.torch_support import experimental_flags
+from polyprof.torch_support import (
+    DEPRECATABLE_SETTINGS,
+    experimental_flags,
+    experimental_option,
+    setting_deprecation,
+)
 from polyprof.trace import CONFIG_FLAG_KEYS
 
 log = get_logger(__name__)
@@ -329,6 +337,52 @@ def _check_not_empty(found: set[Any], use_cuda: bool | None, items: list[Any]) -
         )
 
 
+def torch_activity_configs(activities: Iterable[Any] | None) -> dict[Any, Any]:
+    """torch 2.15's ``activity_configs`` of ``activities`` (already checked by ``parse_activities``).
+
+    As ``torch.profiler.profile`` keeps it: each dict item's key as given, mapped to its
+    ``ProfilerActivityConfig``, the one given or, for a list of activity type names, one made of
+    that list (``ProfilerActivityConfig(activity_types=[...])``); bare activities have no entry and
+    ``activities=None`` gives ``{}``.
+    """
+    if activities is None:
+        return {}
+    import torch.profiler.profiler as torch_profiler
+
+    config_type = vars(torch_profiler)["ProfilerActivityConfig"]  # torch 2.15+ (activity_rules())
+
+    configs: dict[Any, Any] = {}
+    for item in activities:  # a Mapping given as activities: its keys, no dict items (as torch)
+        if isinstance(item, dict):
+            for key, value in item.items():
+                configs[key] = value if isinstance(value, config_type) else config_type(activity_types=value)
+    return configs
+
+
+def warn_torch_deprecations(with_modules: bool, experimental_config: Any, *, stacklevel: int = 1) -> None:
+    """Give the warnings the installed torch's profilers give for the deprecated settings that are on.
+
+    torch 2.14 deprecates ``with_modules`` and the ``profiler_metrics`` and
+    ``profiler_measure_per_kernel`` options of ``_ExperimentalConfig``; 2.15
+    ``with_modules`` and ``adjust_profiler_step``. Each is a ``FutureWarning``
+    with torch's words, asked of the installed torch
+    (``polyprof.torch_support.setting_deprecation``), in torch's order, once per
+    distinct message (torch gives one warning for both metrics options).
+    ``stacklevel`` 1 names the caller's line, as ``warnings.warn`` counts.
+    """
+    given: set[str] = set()
+    for setting, _ in DEPRECATABLE_SETTINGS:
+        value = (
+            with_modules if setting == "with_modules" else experimental_option(experimental_config, setting)
+        )
+        if not value:
+            continue
+        notice = setting_deprecation(setting)
+        if notice is not None and notice.message not in given:
+            given.add(notice.message)
+            warnings.warn(notice.message, notice.category, stacklevel=stacklevel + 1)
+
+
 class profile:  # noqa: N801 - torch's name
     """Profile a block of code; the same arguments and methods as ``torch.profiler.profile``.
 
@@ -360,6 +414,8 @@ class profile:  # noqa: N801 - torch's name
                 "`use_cuda` is deprecated, use `activities` argument instead", FutureWarning, stacklevel=2
             )
             use_cuda = truth_flag("use_cuda", use_cuda)
+        if isinstance(activities, Iterator):  # read twice below (the activities, torch's attribute)
+            activities = list(activities)
         # As in torch (2.6 to 2.13), use_cuda only counts towards "no activity left": the
         # activities recorded are the ones given (or the default set).
         acts, filters = parse_activities(activities, use_cuda=use_cuda)
@@ -387,6 +443,10 @@ class profile:  # noqa: N801 - torch's name
         check_plugin_manager(plugin_manager)
         self.activities_requested = acts
         self.activity_filters = filters
+        if activity_rules().activity_configs:
+            #: torch 2.15+'s attribute: ``{activity: ProfilerActivityConfig}`` of the dict items of
+            #: ``activities`` (``torch_activity_configs``); absent before 2.15, as in torch.
+            self.activity_configs = torch_activity_configs(activities)
         self.record_shapes = config_flag("record_shapes", record_shapes)
         self.profile_memory = config_flag("profile_memory", profile_memory)
         self.with_stack = config_flag("with_stack", with_stack)
@@ -408,6 +468,9 @@ class profile:  # noqa: N801 - torch's name
         self.step_rec_fn: record_function | None = None
         self.preset_metadata: dict[str, str] = {}
         self._plugin_manager = plugin_manager
+        #: Whether preparing a cycle gives torch's deprecation warnings (``warn_torch_deprecations``),
+        #: as ``torch.profiler.profile`` does; a frontend that composes this profile gives its own.
+        self._gives_torch_deprecations = True
         #: The gate and the session, from creation to close (polyprof.recording).
         self._lifecycle = Recording(self, self._create_session)
         self._prepared = False
@@ -442,6 +505,9 @@ class profile:  # noqa: N801 - torch's name
         """
         prof = cls(**kwargs)
         prof._lifecycle = Recording(frontend, prof._create_session)
+        # the frontend's API is what the user called: it gives the installed torch's deprecation
+        # warnings of that API itself (torch's autograd profile gives them when it is made)
+        prof._gives_torch_deprecations = False
         return prof
 
     # ------------------------------------------------------------ lifecycle
@@ -525,6 +591,9 @@ class profile:  # noqa: N801 - torch's name
         if self._traces and not self.acc_events and not self._cleared_warned:
             self._cleared_warned = True
             warnings.warn(ACC_EVENTS_WARNING, stacklevel=4)
+        if self._gives_torch_deprecations and not (self._initialized and self.acc_events):
+            # where torch's prepare_trace makes its autograd profile, whose __init__ warns (2.14+)
+            warn_torch_deprecations(self.with_modules, self.experimental_config)
         if not self.acc_events:
             # as torch's prepare_trace drops its profiler: the last cycle's raw result is not held
             # while the next records, and the memory timeline has nothing until the next cycle stops

@@ -5,7 +5,11 @@ recording may run at a time. ``recording_gate`` enforces that for every frontend
 (``polyprof.profile``, ``polyprof.legacy.profile``, the shims built on them,
 ``polyprof.emit_itt`` and ``polyprof run``'s whole-script profile). Listeners hear
 of a recording about to start; ``polyprof run`` uses one to make its whole-script
-profile step aside for the script's own profilers.
+profile step aside for the script's own profilers. A recording whose torch
+collector session was ended by code outside polyprof (a library calling torch's
+private ``torch.autograd._disable_profiler()``) records nothing more with it and
+gives the gate up to the next recording that asks; it still finishes with what
+it kept (docs/user-guide.md, "A library that stops torch's profiler").
 
 ``Recording`` is what a frontend composes: it holds the gate while the frontend
 is active and owns the ``Session`` from creation to close, so the plugin hooks
@@ -50,36 +54,59 @@ class RecordingInProgressError(PolyprofError, RuntimeError):
 class RecordingGate:
     """At most one polyprof recording per process; listeners hear of each one about to start.
 
-    ``acquire(holder)`` calls every listener with ``holder`` first (outside the
-    lock, so a listener may stop and release another recording), then takes the
-    gate or raises ``RecordingInProgressError`` naming the holder. Listeners hear
-    of a start that is then refused too: ``polyprof run``'s whole-script profile
-    steps aside for any recording the script tries to start.
+    ``acquire(holder, gives_way=...)`` calls every listener with ``holder``
+    first (outside the lock, so a listener may stop and release another
+    recording), then takes the gate or raises ``RecordingInProgressError``
+    naming the holder. Listeners hear of a start that is then refused too:
+    ``polyprof run``'s whole-script profile steps aside for any recording the
+    script tries to start. A holder whose ``gives_way()`` answers True when
+    another asks (its torch collector session was ended from outside) loses the
+    gate to that one instead; its own ``release`` then does nothing.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._holder: object | None = None
+        self._gives_way: Callable[[], bool] | None = None
         self._listeners: list[Callable[[object], None]] = []
 
-    def acquire(self, holder: object) -> None:
+    def acquire(self, holder: object, *, gives_way: Callable[[], bool] | None = None) -> None:
+        """Take the gate for ``holder``.
+
+        :param gives_way: asked, on the thread of a later ``acquire``, while
+            ``holder`` has the gate: True lets that one have it (it must not
+            raise; a failure counts as False).
+        """
         for listener in tuple(self._listeners):
             listener(holder)
         with self._lock:
             if self._holder is not None:
-                raise RecordingInProgressError(
-                    f"a polyprof profile is already recording ({self._holder!r}); profiles cannot be nested "
-                    "or run concurrently, because torch's collector keeps one session per process and the "
-                    "outer profile would silently lose its events. Stop the first profile before starting "
-                    "another."
-                )
+                if not self._holder_gives_way():
+                    raise RecordingInProgressError(
+                        f"a polyprof profile is already recording ({self._holder!r}); profiles cannot be "
+                        "nested or run concurrently, because torch's collector keeps one session per process "
+                        "and the outer profile would silently lose its events. Stop the first profile before "
+                        "starting another."
+                    )
+                log.info("recording_gate_given_up", holder=repr(self._holder), to=repr(holder))
             self._holder = holder
+            self._gives_way = gives_way
+
+    def _holder_gives_way(self) -> bool:
+        if self._gives_way is None:
+            return False
+        try:
+            return bool(self._gives_way())
+        except Exception:
+            log.warning("recording_gate_gives_way_failed", holder=repr(self._holder), exc_info=True)
+            return False
 
     def release(self, holder: object) -> None:
         """Free the gate if ``holder`` has it (releasing twice, or someone else's, does nothing)."""
         with self._lock:
             if self._holder is holder:
                 self._holder = None
+                self._gives_way = None
 
     def current(self) -> object | None:
         """The frontend object recording now, or None."""
@@ -102,6 +129,7 @@ class RecordingGate:
         # fresh lock, in case another thread of the parent held it at the fork).
         self._lock = threading.Lock()
         self._holder = None
+        self._gives_way = None
 
 
 #: The gate of this process.
@@ -162,9 +190,17 @@ class Recording:
     # ------------------------------------------------------------ lifecycle
 
     def open(self) -> None:
-        """Take the process's recording gate (raises ``RecordingInProgressError`` if taken)."""
-        recording_gate.acquire(self._holder)
+        """Take the process's recording gate (raises ``RecordingInProgressError`` if taken).
+
+        The gate goes to a later recording that asks for it once code outside polyprof has
+        ended this recording's torch collector session (``Session.collector_lost``).
+        """
+        recording_gate.acquire(self._holder, gives_way=self._collector_lost)
         self._owner_pid = os.getpid()
+
+    def _collector_lost(self) -> bool:
+        session = self.live_session
+        return session is not None and not self.in_forked_child and bool(session.collector_lost())
 
     def ensure_session(self) -> Any:
         """The open session, created (``polyprof_session_start`` fires) if there is none."""

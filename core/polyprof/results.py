@@ -259,9 +259,12 @@ class ProfileResults:
                 self._store = EventStore(self.tree(), results=self)
             return self._store
 
-    def event_list(self, rows: np.ndarray | None = None) -> EventList:
-        """A new ``EventList`` of ``rows`` of ``tree()`` (all, in tree order); shares ``events()``'s views."""
-        return EventList._of_store(
+    def event_list(
+        self, rows: np.ndarray | None = None, *, list_type: type[EventList] = EventList
+    ) -> EventList:
+        """A new ``list_type`` (an ``EventList``) of ``rows`` of ``tree()`` (all, in tree order); shares
+        ``events()``'s views."""
+        return list_type._of_store(
             self._event_store(),
             rows,
             profile_memory=self._config.profile_memory,

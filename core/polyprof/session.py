@@ -433,6 +433,25 @@ class Session:
             notes=tuple(notes),
         )
 
+    def collector_lost(self) -> bool:
+        """Whether code outside polyprof ended the torch collector session of this session's recording.
+
+        Its torch tracer then records nothing more with torch's collector
+        (``TorchCollectorOwner.collector_lost``), so another recording may have
+        it. False when no tracer drives torch's collector, and when asking fails
+        (logged): the recording keeps its claim.
+        """
+        from polyprof.torch_result import TorchCollectorOwner
+
+        for tracer in self.tracers:
+            if isinstance(tracer, TorchCollectorOwner):
+                try:
+                    return bool(tracer.collector_lost())
+                except Exception:
+                    log.warning("collector_lost_failed", tracer=tracer.name, exc_info=True)
+                    return False
+        return False
+
     def trace_ready(self, trace: Trace) -> None:
         """Tell plugins a trace is finished; their errors are logged, never raised."""
         seen = len(self.plugin_manager.hook_failures())

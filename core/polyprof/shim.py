@@ -98,6 +98,7 @@ from typing import Any
 import attrs
 
 from polyprof._log import get_logger
+from polyprof.autograd_profile import KinetoRequiredError
 from polyprof.errors import PolyprofError, ProfilerDisabledError
 from polyprof.shim_arguments import remember_torch_class
 from polyprof.shim_classes import AutogradProfile, TorchProfile, legacy_profile_class
@@ -107,6 +108,7 @@ log = get_logger(__name__)
 __all__ = [  # and LegacyProfile, built on first access (it needs polyprof.legacy)
     "AutogradProfile",
     "Binding",
+    "KinetoRequiredError",
     "ProfilerDisabledError",
     "TorchMissingError",
     "TorchProfile",

@@ -292,9 +292,12 @@ class KinetoEventStandIn:
     """One of torch's ``_KinetoEvent``s, with every accessor torch 2.6 to 2.15 has (torch itself needed).
 
     The row's own values come from the constructor; the rest are what torch
-    gives a row recorded without shapes, stacks, memory or flows.
-    ``KinetoEventStandIn211`` has the accessors of torch before 2.12 (no
-    ``activity_type``, no ``external_id``).
+    gives a row recorded without shapes, stacks or memory. ``flow`` is the
+    row's ``(flow_id, flow_type, flow_start)`` as Kineto gave it to torch (a
+    CUDA run's runtime calls and device activities have an ``ac2g`` flow whose
+    id is their correlation id; ``polyprof_cuda.kineto.kineto_flow`` says
+    which); by default none. ``KinetoEventStandIn211`` has the accessors of
+    torch before 2.12 (no ``activity_type``, no ``external_id``, no ``flow_*``).
     """
 
     def __init__(
@@ -310,6 +313,7 @@ class KinetoEventStandIn:
         device_resource_id: int,
         *,
         start_thread_id: int = 1,
+        flow: tuple[int, int, bool] = (0, 0, False),
     ) -> None:
         from torch._C._autograd import DeviceType as TorchDeviceType
 
@@ -318,6 +322,7 @@ class KinetoEventStandIn:
         self._index, self._start, self._end = device_index, start_ns, end_ns
         self._corr, self._linked, self._resource = correlation_id, linked_correlation_id, device_resource_id
         self._thread = start_thread_id
+        self._flow = flow
 
     def name(self) -> str:
         return self._name
@@ -386,13 +391,13 @@ class KinetoEventStandIn:
         return []
 
     def flow_id(self) -> int:
-        return 0
+        return self._flow[0]
 
     def flow_type(self) -> int:
-        return 0
+        return self._flow[1]
 
     def flow_start(self) -> bool:
-        return False
+        return self._flow[2]
 
     def overload_name(self) -> str:
         return ""
@@ -431,10 +436,12 @@ class KinetoEventStandIn:
 
 
 class KinetoEventStandIn211(KinetoEventStandIn):
-    """torch 2.11's ``_KinetoEvent``: no ``activity_type``, no ``external_id``."""
+    """torch 2.11's ``_KinetoEvent``: no ``activity_type``, no ``external_id``, no ``flow_*`` (2.13)."""
+
+    _MISSING = frozenset({"activity_type", "external_id", "flow_id", "flow_type", "flow_start"})
 
     def __getattribute__(self, name: str) -> Any:
-        if name in ("activity_type", "external_id"):
+        if name in KinetoEventStandIn211._MISSING:
             raise AttributeError(name)
         return super().__getattribute__(name)
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from polyprof.components import Tracer
 from polyprof.events import DeviceType, EventBatch, EventKind
-from polyprof.kineto_format import CATEGORY_BY_KIND, DEVICE_KINDS, HOST_CATEGORIES
+from polyprof.kineto_format import CATEGORY_BY_KIND, DEVICE_KINDS, FLOW_AC2G, HOST_CATEGORIES
 
 #: torch's ``ProfilerActivity`` members a device plugin may ask torch's collector for (CPU is the
 #: collector owner's own).
@@ -43,6 +43,11 @@ HOST_ACTIVITY_TYPES: frozenset[str] = HOST_CATEGORIES
 #: device tracer decodes (a runtime or driver call, its tracer's overhead), told by Kineto's name
 #: for it; None leaves the row to the CPU tracer.
 HostRowKind = Callable[[str], "EventKind | None"]
+#: Before torch 2.13 (no ``flow_*`` accessors on torch's events): for a row a device tracer decodes,
+#: of this kind and with this name, whether Kineto's writer draws an ``ac2g`` flow event at it that
+#: starts an arrow there (True) or ends one there (False), or none (None). The flow's id is the row's
+#: correlation id, as Kineto's is (``CuptiActivity::flowId``).
+FlowRule = Callable[[EventKind, str], "bool | None"]
 
 
 class CollectorResult:
@@ -187,8 +192,9 @@ def decode_device_rows(
     pid: int,
     also_tagged: frozenset[DeviceType] = frozenset(),
     host_row_kind: HostRowKind | None = None,
+    flow_rule: FlowRule | None = None,
 ) -> EventBatch:
-    """One device's rows of ``result`` as a batch, with the links torch made.
+    """One device's rows of ``result`` as a batch, with the links and flows torch made.
 
     Which rows: by Kineto's activity type where torch has the accessor (2.12+),
     through ``kind_by_activity_type``. Before 2.12, the rows on ``device_type``
@@ -200,7 +206,21 @@ def decode_device_rows(
     thread id for the tree. ``linked_correlation_id`` is the launching op's id,
     ``correlation_id`` the device API's. ``also_tagged``: other device types
     torch gives this device's rows (some releases tag XPU rows CUDA); the
-    rows come out as ``device_type``.
+    rows come out as ``device_type``. Rows torch's own parse hides
+    (``is_hidden_event``: Kineto metadata ``"hidden": "1"``, which only
+    third-party Kineto plugins set, never Kineto's CUPTI or XPU code) are left
+    out, as torch's tables leave them out and as the CPU tracer leaves out its
+    own; torch's trace, written by Kineto, still has them.
+
+    Flows: each row's ``ac2g`` flow as Kineto gave it to torch (``flow_id``,
+    ``flow_type``, ``flow_start``; torch 2.13+), which is what Kineto's
+    writer draws in torch's trace: every runtime or driver call and every
+    device activity with a correlation id gets a flow event, a start on the
+    calls that launch, copy, fill or wait, an end on everything else (the
+    device work, and calls such as ``cudaStreamIsCapturing`` whose arrow
+    leads nowhere). Before 2.13, ``flow_rule`` gives the same from each
+    row's kind and name; without one the rows carry no flows (the Chrome
+    writer then pairs each launch with its device work itself).
     """
     tagged = {int(device_type), *(int(t) for t in also_tagged)}
     events = result.events()
@@ -224,6 +244,8 @@ def decode_device_rows(
                 host_kind = host_row_kind(ev.name())
                 if host_kind is not None and not ev.is_user_annotation():  # as DeviceRowClaims
                     picked.append((ev, host_kind, type_of_kind.get(host_kind, host_kind.name.lower())))
+    if picked and hasattr(picked[0][0], "is_hidden_event"):
+        picked = [p for p in picked if not p[0].is_hidden_event()]  # torch's parse skips these
     n = len(picked)
     if not n:
         return EventBatch.empty(source)
@@ -245,6 +267,7 @@ def decode_device_rows(
     names: dict[str, int] = {}
     name_idx = np.array([names.setdefault(ev.name(), len(names)) for ev in rows], dtype=np.int32)
     linked = np.array([ev.linked_correlation_id() for ev in rows], dtype=np.int64)
+    correlation = np.array([ev.correlation_id() for ev in rows], dtype=np.int64)
     columns = {
         "kind": kinds,
         "name": name_idx,
@@ -257,7 +280,7 @@ def decode_device_rows(
         "device_type": np.where(on_device, int(device_type), int(DeviceType.CPU)).astype(np.int8),
         "device_index": np.where(on_device, device_index, 0).astype(np.int32),
         "stream": np.where(on_device, resource, -1),
-        "correlation_id": np.array([ev.correlation_id() for ev in rows], dtype=np.int64),
+        "correlation_id": correlation,
         "linked_correlation_id": linked,
         # Kineto's "External id" of a device row is the op it belongs to (2.12+ has the accessor)
         "external_id": np.array([ev.external_id() for ev in rows], dtype=np.int64)
@@ -265,7 +288,45 @@ def decode_device_rows(
         else linked,
     }
     columns["activity_type"] = type_idx
+    flows = _flow_columns(rows, kinds, tuple(names), name_idx, correlation, flow_rule)
+    if flows is not None:
+        columns.update(flows)
     return EventBatch.build(source, columns, {"name": tuple(names), "activity_type": tuple(type_names)})
+
+
+def _flow_columns(
+    rows: list[Any],
+    kinds: np.ndarray,
+    names: tuple[str, ...],
+    name_idx: np.ndarray,
+    correlation_id: np.ndarray,
+    flow_rule: FlowRule | None,
+) -> dict[str, np.ndarray] | None:
+    """``flow_id``, ``flow_type`` and ``flow_start`` of ``rows`` (see ``decode_device_rows``), or None."""
+    n = len(rows)
+    flow_type = np.zeros(n, dtype=np.int8)
+    flow_start = np.zeros(n, dtype=bool)
+    if hasattr(rows[0], "flow_id"):  # torch 2.13+: Kineto's own flow of each activity
+        flow_id = np.array([ev.flow_id() for ev in rows], dtype=np.int64)
+        with_flow = np.flatnonzero(flow_id).tolist()
+        for i in with_flow:  # type and start are read only where there is a flow
+            flow_type[i] = rows[i].flow_type()
+            flow_start[i] = rows[i].flow_start()
+        # Kineto gives every activity with a correlation id a flow: none at all means this torch
+        # does not hand device rows' flows over, while its writer still draws them
+        if with_flow or flow_rule is None or not correlation_id.any():
+            return {"flow_id": flow_id, "flow_type": flow_type, "flow_start": flow_start}
+    if flow_rule is None:
+        return None
+    rule = {  # one call per distinct (kind, name)
+        pair: flow_rule(EventKind(pair[0]), names[pair[1]])
+        for pair in set(zip(kinds.tolist(), name_idx.tolist(), strict=True))
+    }
+    starts = [rule[pair] for pair in zip(kinds.tolist(), name_idx.tolist(), strict=True)]
+    drawn = np.array([s is not None for s in starts], dtype=bool) & (correlation_id != 0)
+    flow_type[drawn] = FLOW_AC2G
+    flow_start[drawn] = np.array([bool(s) for s in starts], dtype=bool)[drawn]
+    return {"flow_id": np.where(drawn, correlation_id, 0), "flow_type": flow_type, "flow_start": flow_start}
 
 
 def _as_int64(value: int) -> int:
@@ -368,6 +429,15 @@ class TorchCollectorOwner(abc.ABC):
         (``polyprof.memory_timeline.keeps_memory_profile``); else none."""
         return ()
 
+    def collector_lost(self) -> bool:
+        """Whether code outside polyprof ended the collector session this tracer started (user's thread).
+
+        Once True it stays True for the session: the tracer records nothing more
+        with torch's collector, and the session's recording lets another one take
+        the process's recording gate (``polyprof.recording``). Default: never.
+        """
+        return False
+
 
 __all__ = [
     "HOST_ACTIVITY_TYPES",
@@ -375,6 +445,7 @@ __all__ = [
     "TORCH_COLLECTOR_ACTIVITY_NAMES",
     "CollectorResult",
     "DeviceRowClaims",
+    "FlowRule",
     "HostRowKind",
     "TorchCollectorOwner",
     "TorchResultTracer",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from typing import Any
 
 import attrs
@@ -218,6 +219,74 @@ def import_installed() -> None:
         import torch  # noqa: F401
     except Exception:  # noqa: BLE001 - a broken torch is reported by the plugins that need it
         return
+
+
+@attrs.frozen
+class TorchWarning:
+    """A warning the installed torch gives: its category and its words."""
+
+    category: type[Warning]
+    message: str
+
+
+#: The settings that a torch release may deprecate in its profilers, in the order its autograd
+#: profile checks them (torch 2.14: ``profiler_metrics``/``profiler_measure_per_kernel`` and
+#: ``with_modules``; 2.15: ``adjust_profiler_step`` and ``with_modules``), each with the
+#: ``_ExperimentalConfig`` option that turns it on, or None for the profile's own argument.
+DEPRECATABLE_SETTINGS: tuple[tuple[str, Any], ...] = (
+    ("profiler_metrics", ["polyprof_probe"]),
+    ("profiler_measure_per_kernel", True),
+    ("adjust_profiler_step", True),
+    ("with_modules", None),
+)
+
+
+@functools.cache
+def setting_deprecation(setting: str) -> TorchWarning | None:
+    """The deprecation warning the installed torch gives for ``setting``, or None if it gives none.
+
+    ``setting`` is one of ``DEPRECATABLE_SETTINGS``. torch's
+    ``torch.autograd.profiler.profile`` gives these warnings when it is made,
+    and ``torch.profiler.profile`` makes one each time it prepares a cycle, so
+    that class is asked: made once with only that setting on (a plain object:
+    nothing starts), its warnings caught. torch's own class is asked while the
+    shims stand in for it. Asked once per setting and process; None without
+    torch, or when this torch has no such option.
+    """
+    values = dict(DEPRECATABLE_SETTINGS)
+    if setting not in values:
+        raise ValueError(f"unknown setting {setting!r}; known: {', '.join(values)}")
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        from polyprof.shim_arguments import torch_class
+
+        torch_profile = torch_class("autograd")
+        if torch_profile is None:
+            return None
+        if values[setting] is None:
+            kwargs: dict[str, Any] = {setting: True}
+        elif setting in installed().experimental_fields:
+            kwargs = {"experimental_config": _ExperimentalConfig(**{setting: values[setting]})}
+        else:
+            return None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch_profile(**kwargs)
+    except Exception:  # noqa: BLE001 - a torch that cannot answer gives no warning to copy
+        return None
+    for warning in caught:
+        if issubclass(warning.category, (FutureWarning, DeprecationWarning, PendingDeprecationWarning)):
+            return TorchWarning(warning.category, str(warning.message))
+    return None
+
+
+def experimental_option(experimental_config: Any, name: str) -> Any:
+    """The value of option ``name`` in a user's ``_ExperimentalConfig`` (None for no config or option).
+
+    The releases that deprecate an option read it as an attribute, so it is read the same way.
+    """
+    return None if experimental_config is None else getattr(experimental_config, name, None)
 
 
 #: The ``_ExperimentalConfig`` flags polyprof reads back from a user's config.

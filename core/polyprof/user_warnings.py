@@ -29,6 +29,50 @@ class ActivityUnavailableWarning(PolyprofWarning):
     """
 
 
+class ProfilerStoppedOutsideWarning(PolyprofWarning):
+    """Code outside polyprof stopped torch's profiler while a polyprof recording was using it.
+
+    torch's collector keeps one session per process, and torch's private
+    ``torch.autograd._disable_profiler()`` ends it whoever started it (PyTorch
+    Lightning's ``PyTorchProfiler`` calls it before starting a profiler of its own).
+    The recording keeps what torch collected until then; torch collects nothing
+    more for it. Given once per recording, when the recording stops.
+    """
+
+    def __init__(self, what: str = "", consequence: str = "", *, stopped_by: str | None = None) -> None:
+        super().__init__(f"polyprof: {what}; {consequence}" if consequence else what)
+        #: What happened, as a clause ("lightning.pytorch.profilers.pytorch (...) stopped torch's ...").
+        self.what = what
+        #: What it means for the results, as a clause.
+        self.consequence = consequence
+        #: The code that stopped it (``module (function, line N)``); None where polyprof could not
+        #: see the call.
+        self.stopped_by = stopped_by
+
+    def trace_note(self) -> ProfilerStoppedOutsideNote:
+        """The same news as a note of the recording's trace (``Trace.notes``)."""
+        return ProfilerStoppedOutsideNote(f"{self.what}; {self.consequence}", self)
+
+
+class ProfilerStoppedOutsideNote(str):
+    """A ``ProfilerStoppedOutsideWarning`` as a trace note: its text, a ``str``, and the warning.
+
+    ``polyprof run`` reads it from the trace of the cycle it belongs to (its
+    ``warning`` keeps the clauses apart); to everything else it is the text.
+    A copy or a pickle is the plain text.
+    """
+
+    warning: ProfilerStoppedOutsideWarning
+
+    def __new__(cls, text: str, warning: ProfilerStoppedOutsideWarning) -> ProfilerStoppedOutsideNote:
+        note = super().__new__(cls, text)
+        note.warning = warning
+        return note
+
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:
+        return (str, (str(self),))
+
+
 def _internal_frame(frame: FrameType) -> bool:
     """polyprof's own frames (core and plugins: modules named ``polyprof*``) and contextlib's."""
     module = frame.f_globals.get("__name__", "")
@@ -65,4 +109,10 @@ def warn_activity_unavailable(
     )
 
 
-__all__ = ["ActivityUnavailableWarning", "user_stacklevel", "warn_activity_unavailable"]
+__all__ = [
+    "ActivityUnavailableWarning",
+    "ProfilerStoppedOutsideNote",
+    "ProfilerStoppedOutsideWarning",
+    "user_stacklevel",
+    "warn_activity_unavailable",
+]

@@ -2,11 +2,16 @@
 
 Each finished cycle's table goes to stderr and its trace into the output
 directory. With ``--schedule`` every ``torch.optim`` optimizer step is a
-profiler step. When the script starts a profiler of its own (any polyprof
+profiler step, taken once that ``optimizer.step()`` has returned (``_StepsAfterTheRange``). When the script starts a profiler of its own (any polyprof
 recording: the process's recording gate tells a listener first), the
 whole-script profile steps aside: it stops there and writes nothing, since
-torch's collector keeps one session per process. Nothing it does raises into
-the script; failures become notes, reported at the end.
+torch's collector keeps one session per process. When code in the script stops
+torch's profiler itself (PyTorch Lightning's ``PyTorchProfiler`` calls
+``torch.autograd._disable_profiler()``), the note the cycle's trace carries
+(``ProfilerStoppedOutsideNote``) becomes one of the notes at the end, in place
+of the tracer's warning, and the whole-script profile ends with that cycle
+(the recording gives torch's collector up to that code). Nothing it does raises
+into the script; failures become notes, reported at the end.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from polyprof.exporting import export_trace
 from polyprof.profiler import ACC_EVENTS_WARNING
 from polyprof.run_options import RunOptions
 from polyprof.run_target import RunTarget
+from polyprof.user_warnings import ProfilerStoppedOutsideNote, ProfilerStoppedOutsideWarning
 
 log = get_logger(__name__)
 
@@ -75,12 +81,19 @@ class WholeScriptProfile:
         self.failed = False
         self.optimizer_steps = 0
         self.stepped_aside_for: str | None = None
+        #: Code in the script stopped torch's profiler in a cycle that was not delivered (the profile
+        #: stepped aside or failed); said at the end.
+        self.stopped_outside_undelivered: ProfilerStoppedOutsideWarning | None = None
+        #: Code in the script stopped torch's profiler: the profile ends after the cycle that says so.
+        self._collector_lost = False
         #: Cycles delivered to ``on_trace_ready`` (written or not).
         self.cycles = 0
         self._active = False
         self._discard = False
         self._owner_thread = threading.get_ident()
-        self._step_hook: Any = None
+        self._step_hooks: list[Any] = []
+        #: Optimizer classes' ``step`` wrapped so each profiler step comes after torch's range closes.
+        self._steps_after = _StepsAfterTheRange(self._advance)
         self._restore_destroy: Callable[[], None] | None = None
         experimental_config = None
         if options.with_stack:  # torch attaches Python stacks to ops only in verbose mode
@@ -106,22 +119,45 @@ class WholeScriptProfile:
         self._watch_process_group_teardown()
         self._owner_thread = threading.get_ident()
         if self.options.schedule is not None:
-            from torch.optim.optimizer import register_optimizer_step_post_hook
+            from torch.optim.optimizer import (
+                register_optimizer_step_post_hook,
+                register_optimizer_step_pre_hook,
+            )
 
-            self._step_hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+            self._steps_after.install()
+            # A class that escaped the wrapping at construction is wrapped at its first step
+            # (that one step still advances inside torch's range, as a step always did before).
+            self._step_hooks.append(register_optimizer_step_pre_hook(self._steps_after.wrap_step_of))
+            self._step_hooks.append(register_optimizer_step_post_hook(self._on_optimizer_step))
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Global optimizer post-hook: one profiler step, once the optimizer's ``step()`` returns.
+
+        Torch calls it inside the step's ``Optimizer.step#...`` range; stopping or starting torch's
+        collector while a range is open can crash the process, so the step waits for the wrapper
+        around the class's ``step`` when there is one.
+        """
+        if not self._active:
+            return
+        if not self._steps_after.defer():
+            self._advance()
+
+    def _advance(self) -> None:
+        """One optimizer step ended: the profile's ``step()``."""
         if not self._active:
             return
         self.optimizer_steps += 1
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), _stop_warnings_left_to_the_notes():
                 # Each cycle is reported on its own, so torch's "events are cleared" warning is noise here.
                 warnings.filterwarnings("ignore", message=re.escape(ACC_EVENTS_WARNING))
                 self.profile.step()
         except Exception as exc:
             log.error("whole_script_step_failed", exc_info=True)
             self._fail(f"the whole-script profile failed at optimizer step {self.optimizer_steps}: {exc}")
+            self._end(discard=True)
+            return
+        if self._collector_lost:  # later cycles would hold nothing from torch's collector
             self._end(discard=True)
 
     def step_aside(self, other: Any) -> None:
@@ -177,15 +213,33 @@ class WholeScriptProfile:
         if self._restore_destroy is not None:
             self._restore_destroy()
             self._restore_destroy = None
-        if self._step_hook is not None:
-            self._step_hook.remove()
-            self._step_hook = None
+        for hook in self._step_hooks:
+            hook.remove()
+        self._step_hooks.clear()
+        self._steps_after.remove()
         self._discard = discard
         try:
-            self.profile.__exit__(None, None, None)
+            with _stop_warnings_left_to_the_notes():
+                self.profile.__exit__(None, None, None)
         except Exception as exc:
             log.error("whole_script_stop_failed", exc_info=True)
             self._fail(f"stopping the whole-script profile failed: {type(exc).__name__}: {exc}")
+
+    def _note_outside_stop(self, prof: Any) -> None:
+        """Keep the note of a cycle in which code in the script stopped torch's profiler, for the end."""
+        try:
+            notes = prof.trace.notes
+        except Exception:  # noqa: BLE001 - no trace (trace_only, nothing recorded): no note either
+            return
+        for note in notes:
+            if not isinstance(note, ProfilerStoppedOutsideNote):
+                continue
+            self._collector_lost = True
+            if self._discard:
+                self.stopped_outside_undelivered = note.warning
+            else:
+                which = f" (cycle {self.cycles})" if self.options.schedule is not None else ""
+                self.notes.append(f"{note.warning.what}{which}; {note.warning.consequence}")
 
     def _fail(self, message: str) -> None:
         self.failed = True
@@ -196,9 +250,11 @@ class WholeScriptProfile:
 
         It may run inside the script's ``optimizer.step()``, so failures are noted, never raised.
         """
+        if not self._discard:
+            self.cycles += 1
+        self._note_outside_stop(prof)
         if self._discard:
             return
-        self.cycles += 1
         title = f"{MESSAGE_PREFIX}: profile of {self.target.display_name}"
         if self.options.schedule is not None:
             title += f", cycle {self.cycles} (after {self.optimizer_steps} optimizer steps)"
@@ -247,17 +303,152 @@ class WholeScriptProfile:
     def summary_notes(self) -> list[str]:
         """What to say at the end beyond the tables."""
         notes = list(self.notes)
+        outside = self.stopped_outside_undelivered
         if self.stepped_aside_for is not None:
+            started = f"the script started its own profiler ({self.stepped_aside_for})"
+            if outside is not None:
+                started = f"{outside.what}, then {started}"
             notes.append(
-                f"the script started its own profiler ({self.stepped_aside_for}); the whole-script profile "
-                "stopped there and was not written (the script's profilers ran through polyprof)"
+                f"{started}; the whole-script profile stopped there and was not written (the script's "
+                "profilers ran through polyprof)"
             )
+        elif outside is not None:
+            notes.append(f"{outside.what} (that cycle was not written)")
         elif self.cycles == 0 and not self.failed:
             notes.append(
                 f"nothing was recorded: the schedule never reached an active step "
                 f"({self.optimizer_steps} optimizer steps seen; a step is one optimizer.step())"
             )
         return notes
+
+
+class _StepsAfterTheRange:
+    """Wraps optimizer classes' ``step`` so profiler steps come after torch's ``Optimizer.step`` range.
+
+    Torch wraps each optimizer class's ``step`` once (``Optimizer._patch_step_function``, at
+    construction) in a ``record_function("Optimizer.step#Class.step")`` range and calls the global
+    step post-hooks inside it. Stopping and restarting torch's collector there, with that range
+    open, can make torch's collector crash the process later (a range ending in a collector other
+    than the one it started in). So each class's torch-wrapped ``step`` is wrapped once more,
+    outside torch's wrapper, when torch wraps it; the post-hook only counts the step
+    (``defer``), and ``advance`` runs once per counted step when the outermost wrapped call on
+    that thread returns. The steps are the same, one per post-hook call, and end where the
+    optimizer's ``step()`` returns. Classes are put back by ``remove``; a wrapper kept elsewhere
+    (an LR scheduler's) calls through without effect after that.
+    """
+
+    _MARK = "_polyprof_steps_after_the_range"
+
+    def __init__(self, advance: Callable[[], None]) -> None:
+        self._advance = advance
+        self._local = threading.local()
+        self._wrapped: list[tuple[type, Any, Any]] = []
+        self._patched: tuple[type, Any, Any] | None = None
+
+    def install(self) -> None:
+        """Wrap the classes torch wraps from now on, and those it already wrapped."""
+        from torch.optim.optimizer import Optimizer
+
+        original = Optimizer.__dict__.get("_patch_step_function")
+        if callable(original):  # torch 2.6 to 2.13 at least; without it, classes are wrapped at their first step
+
+            @functools.wraps(original)
+            def _patch_step_function(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+                result = original(optimizer, *args, **kwargs)
+                self.wrap_step_of(optimizer)
+                return result
+
+            Optimizer._patch_step_function = _patch_step_function  # type: ignore[method-assign]
+            self._patched = (Optimizer, original, _patch_step_function)
+        pending = list(Optimizer.__subclasses__())
+        while pending:  # classes already constructed before the script ran
+            cls = pending.pop()
+            pending.extend(cls.__subclasses__())
+            self._wrap_class(cls)
+
+    def wrap_step_of(self, optimizer: Any, *_: Any) -> None:
+        """Wrap the ``step`` of ``optimizer``'s class (also a global step pre-hook: returns None)."""
+        try:
+            self._wrap_class(type(optimizer))
+        except Exception:  # noqa: BLE001 - the step then advances inside torch's range, as before
+            log.warning("whole_script_step_wrap_failed", exc_info=True)
+
+    def _wrap_class(self, cls: type) -> None:
+        owner = next((klass for klass in cls.__mro__ if "step" in vars(klass)), None)
+        if owner is None:
+            return
+        step = vars(owner)["step"]
+        # only torch's wrapper (``hooked``), once; a staticmethod or other descriptor is left alone
+        if not callable(step) or not getattr(step, "hooked", False) or getattr(step, self._MARK, False):
+            return
+        local = self._local
+        advance = self._advance
+
+        @functools.wraps(step)  # copies ``hooked``, so torch does not wrap it again
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(local, "depth", 0)
+            local.depth = depth + 1
+            try:
+                return step(*args, **kwargs)
+            finally:
+                local.depth = depth
+                if depth == 0:
+                    counted, local.pending = getattr(local, "pending", 0), 0
+                    for _ in range(counted):
+                        advance()
+
+        setattr(wrapper, self._MARK, True)
+        owner.step = wrapper  # type: ignore[attr-defined]
+        self._wrapped.append((owner, step, wrapper))
+
+    def defer(self) -> bool:
+        """Count a step for the wrapper around the call in progress; False when there is none."""
+        local = self._local
+        if getattr(local, "depth", 0) == 0:
+            return False
+        local.pending = getattr(local, "pending", 0) + 1
+        return True
+
+    def remove(self) -> None:
+        """Put back what ``install`` and ``wrap_step_of`` replaced (not what the script replaced since)."""
+        if self._patched is not None:
+            cls, original, patched = self._patched
+            if vars(cls).get("_patch_step_function") is patched:
+                cls._patch_step_function = original  # type: ignore[attr-defined]
+            self._patched = None
+        for owner, step, wrapper in reversed(self._wrapped):
+            if vars(owner).get("step") is wrapper:
+                owner.step = step  # type: ignore[attr-defined]
+        self._wrapped.clear()
+
+
+@contextlib.contextmanager
+def _stop_warnings_left_to_the_notes() -> Iterator[None]:
+    """Keep the tracer's ``ProfilerStoppedOutsideWarning`` off stderr while the profile steps or stops.
+
+    It would point at polyprof's own command line; the note at the end says the same
+    (``WholeScriptProfile._note_outside_stop`` reads it from the trace). Every other warning
+    goes to the ``warnings.showwarning`` in place, untouched, and no filter changes.
+    """
+    shown = warnings.showwarning
+
+    def showwarning(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if not issubclass(category, ProfilerStoppedOutsideWarning):
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = showwarning
+    try:
+        yield
+    finally:
+        if warnings.showwarning is showwarning:  # not if something replaced it meanwhile
+            warnings.showwarning = shown
 
 
 def flush_quietly(stream: Any) -> None:

@@ -96,6 +96,7 @@ from polyprof.kineto_format import (
     format_us,
     json_string,
     kineto_layout,
+    trace_name,
     trimonth_base_ns,
 )
 from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, CONFIG_FLAG_KEYS, Trace
@@ -758,7 +759,7 @@ class _EventText:
         self.i_prefixes = [
             f'  {{"ph": "i", "cat": {json_string(cat)}, "s": "t", "name": ' for cat in category_table
         ]
-        self.names = [json_string(str(name)) for name in cols.batch.table("name")]
+        self.names = [json_string(trace_name(str(name), layout)) for name in cols.batch.table("name")]
         self.name_index = (
             _names_with_overloads(cols, self.names)
             if layout.overload_in_names

@@ -11,14 +11,19 @@ The module imports without torch; the plugin then reports itself unavailable.
 
 from __future__ import annotations
 
+import abc
 import copy
+import enum
+import functools
 import gc
 import os
 import sys
 import threading
 import time
 import warnings
+import weakref
 from collections import defaultdict
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -42,6 +47,7 @@ from polyprof.kineto_format import (
     kineto_args_column,
 )
 from polyprof.memory_timeline import keeps_memory_profile
+from polyprof.registry import PluginFailureWarning
 from polyprof.result_rows import UNDECODABLE_NAME, ResultRows, safe_text
 from polyprof.result_rows import accessor as _accessor
 from polyprof.session import user_stacklevel
@@ -51,6 +57,7 @@ from polyprof.torch_result import (
     TorchCollectorOwner,
     TorchResultTracer,
 )
+from polyprof.user_warnings import ProfilerStoppedOutsideWarning
 from polyprof_builtins import own_frames
 
 log = get_logger(__name__)
@@ -503,6 +510,7 @@ def decode_result(
     pid: int | None = None,
     claims: DeviceRowClaims | None = None,
     reader: str | None = None,
+    keep_kineto_trace: bool = False,
 ) -> tuple[EventBatch, dict]:
     """Turn a ``torch._C._autograd._ProfilerResult`` into one ``EventBatch``.
 
@@ -514,11 +522,20 @@ def decode_result(
     session's device tracers decode from the same result (default, when
     ``config.torch_activities`` asked torch for device activity: every row
     of a device type). ``reader``: "native", "python" or "auto" (default:
-    ``POLYPROF_KINETO_READER``; ``polyprof.native_reader``).
+    ``POLYPROF_KINETO_READER``; ``polyprof.native_reader``). ``keep_kineto_trace``:
+    someone else holds ``result`` too (whoever stopped torch's profiler from outside
+    polyprof got it) and may still ``save()`` it, so Kineto's copy of the events inside
+    it is not freed early.
     """
     rows = ResultRows(result, _reader(reader))
     with _gc_paused():
-        return _decode_now(rows, config, pid=os.getpid() if pid is None else pid, claims=claims)
+        return _decode_now(
+            rows,
+            config,
+            pid=os.getpid() if pid is None else pid,
+            claims=claims,
+            keep_kineto_trace=keep_kineto_trace,
+        )
 
 
 def _reader(requested: str | None) -> Any:
@@ -686,15 +703,21 @@ def _kineto_args_wanted(config: ProfileConfig) -> bool:
 
 
 def _decode_now(
-    all_rows: ResultRows, config: ProfileConfig, *, pid: int, claims: DeviceRowClaims | None
+    all_rows: ResultRows,
+    config: ProfileConfig,
+    *,
+    pid: int,
+    claims: DeviceRowClaims | None,
+    keep_kineto_trace: bool = False,
 ) -> tuple[EventBatch, dict]:
     result = all_rows.result
     with_args = _kineto_args_wanted(config)
     # Nothing will read Kineto's own copy of the events (its args, or its writer's flows before
-    # 2.13) unless a device tracer decodes rows of the same result: about half of the result,
-    # freed beside the decode.
+    # 2.13) unless a device tracer decodes rows of the same result, or the result is someone
+    # else's too: about half of the result, freed beside the decode.
     trace_freed = (
-        claims is None
+        not keep_kineto_trace
+        and claims is None
         and not config.torch_activities
         and not with_args
         and torch_support.installed().has_accessor("flow_id")
@@ -879,7 +902,106 @@ NESTED_PROFILER_MESSAGE = (
 )
 
 
-class _NestedProfilerGuard:
+#: The functions of ``torch.autograd`` that end this thread's collector session whoever started
+#: it. Libraries call these private names: PyTorch Lightning's ``PyTorchProfiler.start`` calls
+#: ``torch.autograd._disable_profiler()`` when ``_profiler_enabled()``, to close a profiler it
+#: assumes is its own. torch's profilers call ``torch.autograd.profiler``'s own imported names,
+#: which these wrappers do not touch. ``_disable_profiler_legacy`` ends a Kineto session too, then
+#: raises.
+OUTSIDE_STOPS = ("_disable_profiler", "_disable_profiler_legacy")
+
+
+def _describe_caller(frame: FrameType | None) -> str:
+    """``module (function, line N)`` of the first frame outside polyprof; a script by its file name."""
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("polyprof"):
+        frame = frame.f_back
+    if frame is None:
+        return "code outside polyprof"
+    module = frame.f_globals.get("__name__") or "?"
+    if module == "__main__":
+        module = os.path.basename(frame.f_code.co_filename)
+    code = frame.f_code
+    function = getattr(code, "co_qualname", None)  # 3.11+
+    if function is None:  # 3.10: a method by its instance's class
+        owner = frame.f_locals.get("self") if code.co_argcount else None
+        function = code.co_name if owner is None else f"{type(owner).__qualname__}.{code.co_name}"
+    return f"{module} ({function}, line {frame.f_lineno})"
+
+
+class _CollectorState(enum.Enum):
+    """Where the torch collector session of a ``TorchCpuTracer`` stands."""
+
+    #: No session: before the first recording, or between recordings.
+    IDLE = "idle"
+    #: ``_prepare_profiler`` done (warm-up of a schedule), not enabled yet.
+    PREPARED = "prepared"
+    #: Recording.
+    RUNNING = "running"
+    #: A torch profiler started inside the recording has torch's collector until it stops.
+    PAUSED = "paused"
+    #: Code outside polyprof ended this recording's session; the recording has not stopped yet.
+    STOPPED_OUTSIDE = "stopped_outside"
+    #: Code outside polyprof ended a session of an earlier recording of this session (an earlier
+    #: cycle of a schedule): torch's collector is left to that code for the rest of the session.
+    GIVEN_UP = "given_up"
+
+
+#: polyprof's wrappers of torch's functions whose ``_TorchWrappers`` were uninstalled: pass-throughs.
+_SPENT_WRAPPERS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+class _TorchWrappers(abc.ABC):
+    """Replaces functions in torch's modules with wrappers for as long as a tracer records.
+
+    The wrappers reach the tracer only through ``tracer``, which ``uninstall``
+    clears: a wrapper left in place (code outside polyprof replaced the name
+    after polyprof did, so ``uninstall`` leaves that code's binding alone) is
+    then a plain pass-through and keeps no tracer alive. Putting a function
+    back skips such spent wrappers of polyprof's (``_live``): two recordings
+    whose stops did not come in the reverse order of their starts (one given
+    up to the next, ``TorchCpuTracer.collector_lost``) still leave torch's own
+    functions. The wrappers act only on the recording thread: torch's session
+    belongs to the thread that started it.
+    """
+
+    def __init__(self, tracer: TorchCpuTracer) -> None:
+        #: The tracer while it records; None once uninstalled.
+        self.tracer: TorchCpuTracer | None = tracer
+        self._thread = threading.get_ident()
+        #: (module, name, torch's function, polyprof's wrapper)
+        self._replaced: list[tuple[Any, str, Any, Any]] = []
+
+    @abc.abstractmethod
+    def install(self) -> None:
+        """Replace torch's functions (``_replace``), on the recording thread as the recording starts."""
+
+    def _recording_tracer(self) -> TorchCpuTracer | None:
+        """The tracer, when called on its recording thread while installed; else None."""
+        tracer = self.tracer
+        return tracer if tracer is not None and threading.get_ident() == self._thread else None
+
+    def _replace(self, module: Any, name: str, wrapper: Any) -> None:
+        self._replaced.append((module, name, getattr(module, name), wrapper))
+        setattr(module, name, wrapper)
+
+    def uninstall(self) -> None:
+        """Put torch's functions back; one that other code replaced meanwhile stays as that code left it."""
+        self.tracer = None
+        for module, name, original, wrapper in reversed(self._replaced):
+            _SPENT_WRAPPERS.add(wrapper)
+            if getattr(module, name, None) is wrapper:
+                setattr(module, name, _live(original))
+        self._replaced = []
+
+
+def _live(function: Any) -> Any:
+    """``function``, or what it wraps while it is a spent polyprof wrapper (``_SPENT_WRAPPERS``)."""
+    while function in _SPENT_WRAPPERS:
+        function = function.__wrapped__
+    return function
+
+
+class _NestedProfilerGuard(_TorchWrappers):
     """Keeps a polyprof recording alive across a torch profiler started inside it.
 
     torch's own ``_prepare_profiler`` for a second session discards the running
@@ -888,41 +1010,63 @@ class _NestedProfilerGuard:
     ``_prepare_profiler`` (which every torch Kineto profiler calls first) and
     ``_run_on_profiler_stop`` (which it calls last) are wrapped: the first
     hands polyprof's partial result over and pauses, the second resumes.
-    Only calls on the recording thread are affected.
     """
-
-    def __init__(self, tracer: TorchCpuTracer) -> None:
-        self._tracer = tracer
-        self._thread = threading.get_ident()
-        self._originals: dict[str, Any] = {}
 
     def install(self) -> None:
         from torch.autograd import profiler as autograd_profiler
 
         prepare = autograd_profiler._prepare_profiler
         stop = autograd_profiler._run_on_profiler_stop
-        self._originals = {"_prepare_profiler": prepare, "_run_on_profiler_stop": stop}
 
+        @functools.wraps(prepare)
         def guarded_prepare(*args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() == self._thread:
-                self._tracer._pause_for_inner_profiler()
+            tracer = self._recording_tracer()
+            if tracer is not None:
+                tracer._pause_for_inner_profiler()
             return prepare(*args, **kwargs)
 
-        def guarded_stop() -> None:
-            stop()
-            if threading.get_ident() == self._thread:
-                self._tracer._resume_after_inner_profiler()
+        @functools.wraps(stop)
+        def guarded_stop(*args: Any, **kwargs: Any) -> Any:
+            result = stop(*args, **kwargs)
+            tracer = self._recording_tracer()
+            if tracer is not None:
+                tracer._resume_after_inner_profiler()
+            return result
 
-        autograd_profiler._prepare_profiler = guarded_prepare
-        autograd_profiler._run_on_profiler_stop = guarded_stop
+        self._replace(autograd_profiler, "_prepare_profiler", guarded_prepare)
+        self._replace(autograd_profiler, "_run_on_profiler_stop", guarded_stop)
 
-    def uninstall(self) -> None:
-        """Put torch's functions back (before polyprof's own ``_run_on_profiler_stop``)."""
-        from torch.autograd import profiler as autograd_profiler
 
-        for name, original in self._originals.items():
-            setattr(autograd_profiler, name, original)
-        self._originals = {}
+class _OutsideStopGuard(_TorchWrappers):
+    """Keeps what a polyprof recording recorded when code outside polyprof stops torch's profiler.
+
+    ``torch.autograd``'s ``OUTSIDE_STOPS`` are wrapped: called while polyprof
+    records, polyprof stops the session itself, keeps the result (the caller
+    of ``_disable_profiler`` gets the same result, as from torch) and records
+    nothing more with torch's collector (``TorchCpuTracer.collector_lost``).
+    """
+
+    def install(self) -> None:
+        import torch.autograd
+
+        for name in OUTSIDE_STOPS:
+            original = getattr(torch.autograd, name, None)
+            if original is not None:
+                self._replace(torch.autograd, name, self._guarded(name, original))
+
+    def _guarded(self, name: str, original: Any) -> Any:
+        @functools.wraps(original)
+        def guarded_outside_stop(*args: Any, **kwargs: Any) -> Any:
+            tracer = self._recording_tracer()
+            if tracer is not None and tracer._state is _CollectorState.RUNNING:
+                caller = _describe_caller(sys._getframe(1))
+                raw = tracer._stopped_from_outside(f"torch.autograd.{name}()", caller)
+                if name == "_disable_profiler":
+                    return raw
+            # _disable_profiler_legacy now finds no session and raises, as it would without polyprof's
+            return original(*args, **kwargs)
+
+        return guarded_outside_stop
 
 
 class TorchCpuTracer(Tracer, TorchCollectorOwner):
@@ -944,11 +1088,23 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         # Without CPU asked for, it only drives the collector for the device plugins.
         self.activities = frozenset({ProfilerActivity.CPU} & config.activities)
         self._result_tracers: list[TorchResultTracer] = []
-        self._state = "idle"
+        self._state = _CollectorState.IDLE
+        #: The wrappers of torch's functions installed while recording.
+        self._guards: tuple[_TorchWrappers, ...] = ()
         self._start_ns = 0
         self._end_ns = 0
         self._result_start_ns = 0
         self._notes: list[str] = []
+        self._start_thread = threading.get_ident()
+        #: Why the current recording ended before polyprof stopped it, said when it stops.
+        self._stopped_outside: ProfilerStoppedOutsideWarning | None = None
+        #: The trace note of each later recording once torch's collector is given up (GIVEN_UP).
+        self._given_up_note = ""
+        #: (tracer, call, error type) of the device tracers' faults already logged and warned about.
+        self._result_tracer_faults: set[tuple[str, str, type]] = set()
+        #: ids of the results whoever stopped torch's profiler from outside holds too (decode keeps
+        #: them whole); ids, so that this tracer does not keep a result alive after its decode.
+        self._shared_result_ids: set[int] = set()
         #: The last recording's raw results, kept for torch's memory profile (polyprof.memory_timeline).
         self._memory_profile_results: list[Any] = []
         # Checked now, so a bad POLYPROF_KINETO_READER fails the profile's creation, not its decode;
@@ -987,6 +1143,8 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         self._result_tracers.append(tracer)
 
     def prepare(self) -> None:
+        if self._state is _CollectorState.GIVEN_UP:  # torch's collector is that code's now
+            return
         self._check_no_other_profiler()
         # the last cycle's raw result goes as the next is prepared, as torch's prepare_trace drops
         # its profiler: kept on, it would be held while the next cycle records (about twice the memory)
@@ -994,22 +1152,65 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         self._cfg = self._profiler_config()
         self._torch_activities = _collector_activities(self.config)
         self._prepare_collector()
-        self._state = "prepared"
+        self._state = _CollectorState.PREPARED
 
-    def _hand_over(self, raw: Any) -> None:
-        """One collector result: to this tracer's outbox when it records CPU, and to every device tracer."""
+    def _hand_over(self, raw: Any, *, shared: bool = False) -> None:
+        """One collector result: to this tracer's outbox when it records CPU, and to every device tracer.
+
+        ``shared``: code outside polyprof holds the same result (it stopped torch's profiler).
+        """
         result = CollectorResult(raw)
+        if shared:
+            self._shared_result_ids.add(id(result))
         if keeps_memory_profile(self.config):
             self._memory_profile_results.append(raw)
         if self.activities:
             self.outbox.put(result)
-        for tracer in self._result_tracers:
-            tracer.receive(result)
+        self._tell_result_tracers("receive", result)
 
     def _close_outboxes(self) -> None:
         self.outbox.close()
+        self._tell_result_tracers("results_complete")
+
+    def _tell_result_tracers(self, call: str, *args: Any) -> None:
+        """Call ``call`` on every device tracer fed by this collector, each on its own.
+
+        These calls run on the user's thread, also inside code that stopped torch's profiler or
+        started one (style.md §9: the profiled program never sees a plugin's exception): a device
+        tracer that raises is logged and warned about once, the trace notes it, and the others and
+        this tracer go on.
+        """
         for tracer in self._result_tracers:
-            tracer.results_complete()
+            try:
+                getattr(tracer, call)(*args)
+            except Exception as exc:  # noqa: BLE001 - one plugin's failure must not reach the program
+                self._result_tracer_failed(tracer, call, exc)
+
+    def _result_tracer_failed(self, tracer: TorchResultTracer, call: str, exc: Exception) -> None:
+        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        note = f"tracer {tracer.name!r} failed in {call}() ({error}); its events may be missing or incomplete"
+        if note not in self._notes:
+            self._notes.append(note)
+        if call == "results_complete":  # the bus must not wait for its outbox
+            tracer.outbox.close()
+        key = (tracer.name, call, type(exc))
+        if key in self._result_tracer_faults:
+            return
+        self._result_tracer_faults.add(key)
+        event = f"tracer_{call}_failed"  # tracer_receive_failed, ... as the session names a tracer's faults
+        log.error(
+            event,
+            tracer=tracer.name,
+            component=f"{type(tracer).__module__}.{type(tracer).__qualname__}",
+            error=error,
+            exc_info=exc,
+        )
+        warnings.warn(
+            f"polyprof: tracer {tracer.name!r} failed in {call}() ({error}); the recording keeps the other "
+            "tracers' events, and its own may be missing or incomplete",
+            PluginFailureWarning,
+            stacklevel=user_stacklevel(),
+        )
 
     def _prepare_collector(self) -> None:
         """torch's ``_prepare_profiler`` with this recording's config and CPU activity filter.
@@ -1039,11 +1240,20 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
     def start(self) -> None:
         from torch._C._autograd import _enable_profiler
 
-        if self._state != "prepared":
+        if self._state is _CollectorState.GIVEN_UP:
+            self.outbox.reopen()
+            self._notes = [self._given_up_note]
+            self._result_start_ns = 0
+            self._start_ns = time.time_ns()
+            return
+        if self._state is not _CollectorState.PREPARED:
             self.prepare()
         self.outbox.reopen()
         self._notes = []
         self._result_start_ns = 0
+        self._stopped_outside = None
+        self._shared_result_ids = set()
+        self._start_thread = threading.get_ident()
         self._start_ns = time.time_ns()
         # torch's profiler flag, set as torch.profiler sets it: code that records extra ranges only
         # under a profiler (torch.compile's "## Call CompiledFxGraph ##", AOTDispatcher wrappers,
@@ -1054,60 +1264,156 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         except BaseException:
             _profiler_flag(False)
             raise
-        self._state = "running"
-        self._guard = _NestedProfilerGuard(self)
-        self._guard.install()
+        self._state = _CollectorState.RUNNING
+        self._guards = (_NestedProfilerGuard(self), _OutsideStopGuard(self))
+        for guard in self._guards:
+            guard.install()
 
     def _pause_for_inner_profiler(self) -> None:
         """A torch profiler is about to start on this thread: keep what was recorded, then step aside."""
         from torch._C._autograd import _disable_profiler
 
-        if self._state != "running":
+        if self._state is not _CollectorState.RUNNING:
+            return
+        if self._session_gone():  # nothing to pause: stopping it would warn (2.13) or raise (2.6)
+            self._stopped_unseen()
             return
         warnings.warn(NESTED_PROFILER_MESSAGE, NestedProfilerWarning, stacklevel=user_stacklevel())
         log.warning("nested_torch_profiler", action="paused")
-        for tracer in self._result_tracers:  # their devices' queued work belongs in this result
-            tracer.before_collector_stops()
+        self._tell_result_tracers("before_collector_stops")  # their devices' queued work belongs here
         self._hand_over(_disable_profiler())
         _start_reader_build(self._reader_mode)
-        self._state = "paused"
+        self._state = _CollectorState.PAUSED
         self._notes.append(
             "a torch profiler ran inside this recording; polyprof paused while it ran, so its ops are "
             "missing here (they are in that profiler's results)"
         )
 
+    def _stopped_from_outside(self, call: str, caller: str) -> Any:
+        """Code outside polyprof ends torch's session on the recording thread: keep what it recorded.
+
+        polyprof stops the session itself and hands the result over; torch then
+        records nothing more for this recording. Returns torch's result, which
+        the caller gets too. The note is given when the recording stops.
+        """
+        from torch._C._autograd import _disable_profiler
+
+        after_s = (time.time_ns() - self._start_ns) / 1e9
+        self._tell_result_tracers("before_collector_stops")  # their devices' queued work belongs here
+        try:
+            raw = _disable_profiler()
+        finally:
+            self._state = _CollectorState.STOPPED_OUTSIDE  # first: the flag's stop below must not resume
+            _profiler_flag(False)
+        self._hand_over(raw, shared=True)
+        _start_reader_build(self._reader_mode)
+        log.info("torch_profiler_stopped_outside", stopped_by=caller, call=call, after_s=round(after_s, 3))
+        self._stopped_outside = ProfilerStoppedOutsideWarning(
+            f"{caller} stopped torch's profiler with {call} {after_s:.3f} s into the recording",
+            "the results hold what torch recorded until then, and nothing after it",
+            stopped_by=caller,
+        )
+        return raw
+
+    def _session_gone(self) -> bool:
+        """torch's session ended without polyprof seeing it (``torch._C._autograd._disable_profiler()``).
+
+        Known only on the recording thread: torch's session belongs to it. Not known at all when
+        recording every thread (``profile_all_threads``): torch then reports no profiler on any
+        thread while its session runs.
+        """
+        from torch._C._autograd import _profiler_enabled
+
+        if self.config.profile_all_threads:
+            return False
+        return threading.get_ident() == self._start_thread and not _profiler_enabled()
+
+    def _stopped_unseen(self) -> None:
+        """torch's session ended through a name polyprof does not wrap: its result went to whoever
+        stopped it, and this recording records nothing more."""
+        self._state = _CollectorState.STOPPED_OUTSIDE  # first: the flag's stop below must not resume
+        _profiler_flag(False)
+        log.info("torch_profiler_stopped_outside", stopped_by=None, call=None, after_s=None)
+        self._stopped_outside = ProfilerStoppedOutsideWarning(
+            "code outside polyprof stopped torch's profiler before this recording ended, not through "
+            "torch.autograd._disable_profiler(), so polyprof cannot tell who or when",
+            "the events torch recorded since the recording started (or last resumed) went to that "
+            "code and are missing from the results",
+        )
+
+    def _say_stopped_outside(self) -> None:
+        """The one note of a recording that code outside polyprof ended: trace note and warning."""
+        note = self._stopped_outside
+        if note is None:
+            return
+        self._stopped_outside = None
+        self._notes.append(note.trace_note())
+        self._given_up_note = (
+            f"this cycle holds nothing from torch's collector: earlier in this profile, {note.what}, and "
+            "polyprof leaves torch's collector to that code for the rest of the profile"
+        )
+        warnings.warn(note, stacklevel=user_stacklevel())
+
+    def collector_lost(self) -> bool:
+        """Whether code outside polyprof ended this tracer's torch session, so that this session
+        records nothing more with torch's collector and another recording may take it.
+
+        Asked by the process's recording gate when another recording starts
+        (``polyprof.recording``), on that recording's thread. A session that
+        torch ended without polyprof seeing it (``_profiler_enabled()`` false on
+        the recording thread) is found here too, and from then on treated as one
+        that was seen: the next recording's session must never be stopped as
+        this one's.
+        """
+        if self._state is _CollectorState.RUNNING and self._session_gone():
+            self._stopped_unseen()
+        return self._state in (_CollectorState.STOPPED_OUTSIDE, _CollectorState.GIVEN_UP)
+
     def _resume_after_inner_profiler(self) -> None:
         from torch._C._autograd import _enable_profiler
 
-        if self._state != "paused":
+        if self._state is not _CollectorState.PAUSED:
             return
         self._prepare_collector()
         _profiler_flag(True)
         _enable_profiler(self._cfg, self._torch_activities)
-        self._state = "running"
+        self._state = _CollectorState.RUNNING
         log.info("nested_torch_profiler", action="resumed")
 
     def stop(self) -> None:
         from torch._C._autograd import _disable_profiler
 
-        guard, self._guard = getattr(self, "_guard", None), None
-        if guard is not None:
+        guards, self._guards = self._guards, ()
+        for guard in reversed(guards):
             guard.uninstall()
-        if self._state == "paused":  # the inner profiler never stopped: what it took is its own
-            self._state = "idle"
+        if self._state is _CollectorState.RUNNING and self._session_gone():
+            # Asking torch again would log "no active profiling session" (2.13) or raise (2.6).
+            self._stopped_unseen()
+        if self._state is _CollectorState.STOPPED_OUTSIDE:
+            self._state = _CollectorState.GIVEN_UP
+            self._end_ns = time.time_ns()
+            self._close_outboxes()
+            self._say_stopped_outside()
+            return
+        if self._state is _CollectorState.GIVEN_UP:
             self._end_ns = time.time_ns()
             self._close_outboxes()
             return
-        if self._state == "prepared":  # prepared, never started: the recording failed to begin
+        if self._state is _CollectorState.PAUSED:  # the inner profiler never stopped: what it took is its own
+            self._state = _CollectorState.IDLE
+            self._end_ns = time.time_ns()
+            self._close_outboxes()
+            return
+        if self._state is _CollectorState.PREPARED:  # prepared, never started: the recording failed to begin
             self._release_prepared_collector()
-        if self._state != "running":
+        if self._state is not _CollectorState.RUNNING:
             self._close_outboxes()
             return
         try:
             try:
                 result = _disable_profiler()
             finally:
-                self._state = "idle"
+                self._state = _CollectorState.IDLE
                 self._end_ns = time.time_ns()
                 _profiler_flag(False)
             self._hand_over(result)
@@ -1124,7 +1430,7 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         profiler when it's not running"). torch.profiler does the same when it exits in warmup."""
         from torch._C._autograd import _disable_profiler, _enable_profiler
 
-        self._state = "idle"
+        self._state = _CollectorState.IDLE
         try:
             _enable_profiler(self._cfg, self._torch_activities)
             _disable_profiler()
@@ -1136,7 +1442,7 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         from torch._C._autograd import _toggle_collection_dynamic
         from torch._C._profiler import ProfilerActivity as TorchActivity
 
-        if ProfilerActivity.CPU in activities & self.activities and self._state == "running":
+        if ProfilerActivity.CPU in activities & self.activities and self._state is _CollectorState.RUNNING:
             _toggle_collection_dynamic(enable, {TorchActivity.CPU})
 
     def toggle_torch_activities(self, enable: bool, names: frozenset[str]) -> None:
@@ -1145,14 +1451,19 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         from torch._C._profiler import ProfilerActivity as TorchActivity
 
         chosen = {getattr(TorchActivity, name) for name in names & self.config.torch_activities}
-        if chosen and self._state == "running":
+        if chosen and self._state is _CollectorState.RUNNING:
             _toggle_collection_dynamic(enable, chosen)
 
     def decode(self, item: CollectorResult) -> list[EventBatch]:
         claims = DeviceRowClaims.of(self._result_tracers) if self.config.torch_activities else None
-        batch, facts = decode_result(item.raw, self.config, claims=claims, reader=self._reader_mode)
+        shared = id(item) in self._shared_result_ids
+        self._shared_result_ids.discard(id(item))
+        batch, facts = decode_result(
+            item.raw, self.config, claims=claims, reader=self._reader_mode, keep_kineto_trace=shared
+        )
         # A recording paused around a nested profiler has several results: the first start counts.
-        self._result_start_ns = min(filter(None, (self._result_start_ns, facts["start_ns"])))
+        # An empty result (torch 2.13's answer to a stop with no session) has none.
+        self._result_start_ns = min(filter(None, (self._result_start_ns, facts["start_ns"])), default=0)
         self._notes.extend(facts["notes"])
         return [batch]
 

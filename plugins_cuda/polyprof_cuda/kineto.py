@@ -16,6 +16,13 @@ device rows are kernels, copies (``Memcpy ...``), fills (``Memset ...``) or
 GPU annotations; the runtime and driver calls and CUPTI's overhead are
 CPU-tagged there, told by Kineto's names for them (``host_row_kind``). The
 CPU tracer keeps every other row.
+
+Flows: torch 2.13+ gives each row the ``ac2g`` flow Kineto drew for it.
+Before, ``kineto_flow`` gives the same from the row's kind and Kineto's name
+for it, by libkineto's rules (``RuntimeActivity::flowStart``,
+``DriverActivity::flowStart``, ``GpuActivity::flowStart``,
+``CudaSyncActivity::flowStart`` and the writer's ``handleActivity``, which
+draws a flow event for every activity with a correlation id).
 """
 
 from __future__ import annotations
@@ -49,6 +56,51 @@ OVERHEAD_NAMES = frozenset(
         "UVM Activity Init",
     }
 )
+#: The CUDA runtime calls whose flow event starts an arrow: libkineto's ``RuntimeActivity::flowStart``
+#: (its ``CuptiCbidRegistry`` since 2026, the same list before): the kernel and graph launches, CUPTI's
+#: runtime cbids 31 to 52 (``cudaMemcpy`` to ``cudaMemset2DAsync``), the synchronizations and the event
+#: wait, and ``cudaLaunchKernelExC`` (CUPTI API 18+). Every other runtime call with a correlation id
+#: gets a flow event too, an end that no arrow reaches (``cudaStreamIsCapturing``, ``cudaMalloc``, ...).
+FLOW_STARTING_RUNTIME_CALLS = frozenset(
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchCooperativeKernel",
+        "cudaLaunchCooperativeKernelMultiDevice",
+        "cudaLaunchKernelExC",
+        "cudaGraphLaunch",
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaStreamWaitEvent",
+        # cbids 31 to 52
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cudaMemcpyToArray",
+        "cudaMemcpy2DToArray",
+        "cudaMemcpyFromArray",
+        "cudaMemcpy2DFromArray",
+        "cudaMemcpyArrayToArray",
+        "cudaMemcpy2DArrayToArray",
+        "cudaMemcpyToSymbol",
+        "cudaMemcpyFromSymbol",
+        "cudaMemcpyAsync",
+        "cudaMemcpyToArrayAsync",
+        "cudaMemcpyFromArrayAsync",
+        "cudaMemcpy2DAsync",
+        "cudaMemcpy2DToArrayAsync",
+        "cudaMemcpy2DFromArrayAsync",
+        "cudaMemcpyToSymbolAsync",
+        "cudaMemcpyFromSymbolAsync",
+        "cudaMemset",
+        "cudaMemset2D",
+        "cudaMemsetAsync",
+        "cudaMemset2DAsync",
+    }
+)
+#: The driver calls whose flow event starts an arrow (``DriverActivity::flowStart``): Triton's launches.
+FLOW_STARTING_DRIVER_CALLS = frozenset({"cuLaunchKernel", "cuLaunchKernelEx"})
+#: Device rows whose flow event ends an arrow (``GpuActivity`` and ``CudaSyncActivity``); before torch
+#: 2.12 a device-tagged sync row is decoded as a kernel, which ends its arrow all the same.
+_FLOW_ENDS = frozenset({EventKind.KERNEL, EventKind.GPU_MEMCPY, EventKind.GPU_MEMSET, EventKind.SYNC})
 _RUNTIME_CALL = re.compile(r"cuda[A-Z]")
 _DRIVER_CALL = re.compile(r"cu[A-Z]")
 
@@ -64,6 +116,21 @@ def host_row_kind(name: str) -> EventKind | None:
     if _DRIVER_CALL.match(name):
         return EventKind.DRIVER
     return EventKind.OVERHEAD if name in OVERHEAD_NAMES else None
+
+
+def kineto_flow(kind: EventKind, name: str) -> bool | None:
+    """The ``ac2g`` flow event Kineto's writer draws at a CUDA row of this kind and name, where torch
+    does not hand the row's flow over (before 2.13).
+
+    True: it starts an arrow there (a launch, copy, fill or wait call); False: it ends one (device
+    work, a sync record, any other runtime or driver call); None: no flow (CUPTI's overhead rows have
+    no correlation id, and the GPU spans of ``record_function`` ranges no flow).
+    """
+    if kind == EventKind.RUNTIME:
+        return name in FLOW_STARTING_RUNTIME_CALLS
+    if kind == EventKind.DRIVER:
+        return name in FLOW_STARTING_DRIVER_CALLS
+    return False if kind in _FLOW_ENDS else None
 
 
 def kineto_mode_reason() -> str | None:
@@ -124,4 +191,5 @@ def decode_cuda_rows(result: CollectorResult, *, pid: int) -> EventBatch:
         kind_by_activity_type=KIND_BY_ACTIVITY_TYPE,
         pid=pid,
         host_row_kind=host_row_kind,
+        flow_rule=kineto_flow,
     )

@@ -10,7 +10,9 @@ Environment (all optional):
 * ``POLYPROF_GPU_CHILD_TIMEOUT_S`` (600): a child running longer counts as hung;
 * ``POLYPROF_GPU_SOAK_S`` (300): the soak's duration (test_gpu_soak.py);
 * ``POLYPROF_GPU_GRAPH_PREINIT=0``: capture the CUDA graph before any profiler ran (by default an
-  empty session of the profiler under test runs first, as torch documents for CUDA graphs).
+  empty session of the profiler under test runs first, as torch documents for CUDA graphs);
+* ``POLYPROF_GPU_TORCH_AGAIN=0``: no second torch.profiler child per workload (torch's own spread
+  is then measured from its recordings in one process only).
 """
 
 from __future__ import annotations

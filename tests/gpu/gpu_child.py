@@ -19,7 +19,16 @@ prints ``{"skip": reason}`` instead, before any profiler has started.
 * comparison: ``--reps`` recordings, each with
   ``schedule(wait=0, warmup=1, active=--steps)``, summarised in
   ``on_trace_ready`` (``gpu_compare.summarize_profile``); the last one also
-  exports its Chrome trace to ``DIR/<profiler>_<workload>/trace.json``.
+  exports its Chrome trace to ``DIR/<profiler>_<workload>/trace.json``;
+* the same recording read both ways (torch.profiler's children, unless
+  ``--no-reading``): in ``on_trace_ready``, after torch's own summary and
+  trace, polyprof reads torch's raw result of that recording
+  (``gpu_compare.polyprof_reading``) and summarises it; the last one's
+  Chrome trace goes to ``DIR/torch_<workload>/polyprof_reading.json``.
+
+``--no-overhead`` leaves the overhead loops out (the second torch.profiler
+child of a workload, run only to measure torch's spread from one process to
+the next).
 
 ``--device cpu`` runs the same code on the CPU with CPU activity only, so the
 plumbing can be checked on a machine without a GPU.
@@ -44,7 +53,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_compare import device_name, summarize_profile, trace_device_rows
+from gpu_compare import (
+    device_name,
+    exact_flow_mismatches,
+    export_polyprof_trace,
+    polyprof_reading,
+    summarize_profile,
+    trace_device_rows,
+    trace_flows,
+)
 
 MARKER = "GPU_CHILD_RESULT "
 #: Multiplies every tensor dimension (--scale): small values keep a CPU check of the plumbing fast.
@@ -318,18 +335,32 @@ def record(
     steps: int,
     trace_path: str | None,
     device: str,
+    read_both_ways: bool = False,
+    reading_trace_path: str | None = None,
 ) -> dict[str, Any]:
-    """One recording of ``steps`` active steps after one warm-up step, summarised in on_trace_ready."""
+    """One recording of ``steps`` active steps after one warm-up step, summarised in on_trace_ready.
+
+    ``read_both_ways`` (torch.profiler only): polyprof also reads torch's raw result of the
+    recording (``reading``; its Chrome trace to ``reading_trace_path``), after torch's own trace.
+    """
     got: dict[str, Any] = {}
+    summary_device = "CUDA" if device == "cuda" else "CPU"
 
     def on_trace_ready(prof: Any) -> None:
         started = time.perf_counter()
-        got["summary"] = summarize_profile(prof, device="CUDA" if device == "cuda" else "CPU")
+        got["summary"] = summarize_profile(prof, device=summary_device)
         got["summary_s"] = time.perf_counter() - started
         if trace_path is not None:
             started = time.perf_counter()
             prof.export_chrome_trace(trace_path)
             got["export_s"] = time.perf_counter() - started
+        if read_both_ways:
+            started = time.perf_counter()
+            results, trace = polyprof_reading(prof.profiler.kineto_results, summary_device)
+            got["reading"] = summarize_profile(results, device=summary_device)
+            if reading_trace_path is not None:
+                export_polyprof_trace(trace, reading_trace_path)
+            got["reading_s"] = time.perf_counter() - started
         got["ready_calls"] = got.get("ready_calls", 0) + 1
 
     with profile(
@@ -388,11 +419,14 @@ def run_mode(args: argparse.Namespace) -> dict[str, Any]:
     result["warmup_steps"] = warmed
     if args.workload == "cuda_graph":
         result["graph_preinit"] = os.environ.get("POLYPROF_GPU_GRAPH_PREINIT", "1") != "0"
+    read_both_ways = args.profiler == "torch" and not args.no_reading
+    reading_path = out_dir / "polyprof_reading.json"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result["overhead"] = measure_overhead(
-            profile, activities, step, sync, reps=args.overhead_reps, steps=args.overhead_steps
-        )
+        if not args.no_overhead:
+            result["overhead"] = measure_overhead(
+                profile, activities, step, sync, reps=args.overhead_reps, steps=args.overhead_steps
+            )
         recordings = [
             record(
                 profile,
@@ -402,6 +436,8 @@ def run_mode(args: argparse.Namespace) -> dict[str, Any]:
                 steps=args.steps,
                 trace_path=str(trace_path) if rep == args.reps - 1 else None,
                 device=device,
+                read_both_ways=read_both_ways,
+                reading_trace_path=str(reading_path) if rep == args.reps - 1 else None,
             )
             for rep in range(args.reps)
         ]
@@ -411,6 +447,19 @@ def run_mode(args: argparse.Namespace) -> dict[str, Any]:
     result["export_s"] = recordings[-1].get("export_s")
     result["trace"] = str(trace_path)
     result["trace_rows"] = trace_device_rows(trace_path)
+    flows = trace_flows(trace_path)
+    if read_both_ways:
+        reading_flows = trace_flows(reading_path)
+        result["reading"] = {
+            "summaries": [r["reading"] for r in recordings],
+            "seconds": [r["reading_s"] for r in recordings],
+            "trace": str(reading_path),
+            "trace_rows": trace_device_rows(reading_path),
+            "flows": {k: v for k, v in reading_flows.items() if k != "exact"},
+            # one recording's flow events, written by torch and by polyprof: what differs
+            "flow_mismatches": exact_flow_mismatches(reading_flows, flows),
+        }
+    result["flows"] = {k: v for k, v in flows.items() if k != "exact"}
     result["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return result
 
@@ -531,6 +580,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3, help="recordings (per-key medians are compared)")
     parser.add_argument("--overhead-reps", type=int, default=7)
     parser.add_argument("--overhead-steps", type=int, default=50)
+    parser.add_argument("--no-overhead", action="store_true", help="leave the overhead loops out")
+    parser.add_argument(
+        "--no-reading", action="store_true", help="torch.profiler: polyprof does not read its recordings too"
+    )
     parser.add_argument("--warmup-steps", type=int, default=10)
     parser.add_argument("--warmup-s", type=float, default=1.0)
     parser.add_argument("--seconds", type=float, default=300.0, help="soak: how long to run")

@@ -758,9 +758,7 @@ def test_polyprof_run_ends_the_whole_script_profile_with_the_cycle_that_was_stop
 ) -> None:
     """Later cycles would hold nothing from torch's collector: none is written.
 
-    The stop comes in the first cycle: a cycle that ends and the next that starts inside
-    ``optimizer.step()`` (the whole-script profile steps in its post-step hook, inside torch's
-    ``Optimizer.step#SGD.step`` range) can corrupt torch's memory, polyprof or not.
+    The stop comes in the first cycle, before any cycle ends.
     """
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text(

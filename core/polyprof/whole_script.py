@@ -2,9 +2,10 @@
 
 Each finished cycle's table goes to stderr and its trace into the output
 directory. With ``--schedule`` every ``torch.optim`` optimizer step is a
-profiler step, taken once that ``optimizer.step()`` has returned (``_StepsAfterTheRange``). When the script starts a profiler of its own (any polyprof
-recording: the process's recording gate tells a listener first), the
-whole-script profile steps aside: it stops there and writes nothing, since
+profiler step, taken once that ``optimizer.step()`` has returned, outside torch's
+``Optimizer.step#...`` range (``_StepsAfterTheRange``). When the script starts a
+profiler of its own (any polyprof recording: the process's recording gate tells
+a listener first), the whole-script profile steps aside: it stops there and writes nothing, since
 torch's collector keeps one session per process. When code in the script stops
 torch's profiler itself (PyTorch Lightning's ``PyTorchProfiler`` calls
 ``torch.autograd._disable_profiler()``), the note the cycle's trace carries
@@ -350,7 +351,8 @@ class _StepsAfterTheRange:
         from torch.optim.optimizer import Optimizer
 
         original = Optimizer.__dict__.get("_patch_step_function")
-        if callable(original):  # torch 2.6 to 2.13 at least; without it, classes are wrapped at their first step
+        # torch 2.6 to 2.13 at least; without it, a class is wrapped at its first step (``wrap_step_of``)
+        if callable(original):
 
             @functools.wraps(original)
             def _patch_step_function(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
@@ -358,7 +360,7 @@ class _StepsAfterTheRange:
                 self.wrap_step_of(optimizer)
                 return result
 
-            Optimizer._patch_step_function = _patch_step_function  # type: ignore[method-assign]
+            Optimizer._patch_step_function = _patch_step_function  # type: ignore[method-assign,assignment]
             self._patched = (Optimizer, original, _patch_step_function)
         pending = list(Optimizer.__subclasses__())
         while pending:  # classes already constructed before the script ran
@@ -368,9 +370,12 @@ class _StepsAfterTheRange:
 
     def wrap_step_of(self, optimizer: Any, *_: Any) -> None:
         """Wrap the ``step`` of ``optimizer``'s class (also a global step pre-hook: returns None)."""
+        cls = type(optimizer)
+        if getattr(getattr(cls, "step", None), self._MARK, False):  # every step: the usual case, first
+            return
         try:
-            self._wrap_class(type(optimizer))
-        except Exception:  # noqa: BLE001 - the step then advances inside torch's range, as before
+            self._wrap_class(cls)
+        except Exception:  # the step then advances inside torch's range, as before
             log.warning("whole_script_step_wrap_failed", exc_info=True)
 
     def _wrap_class(self, cls: type) -> None:
@@ -381,11 +386,16 @@ class _StepsAfterTheRange:
         # only torch's wrapper (``hooked``), once; a staticmethod or other descriptor is left alone
         if not callable(step) or not getattr(step, "hooked", False) or getattr(step, self._MARK, False):
             return
+        import torch
+
         local = self._local
         advance = self._advance
+        is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
 
         @functools.wraps(step)  # copies ``hooked``, so torch does not wrap it again
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if is_compiling():  # transparent to torch.compile: its post-hook steps where it runs
+                return step(*args, **kwargs)
             depth = getattr(local, "depth", 0)
             local.depth = depth + 1
             try:
@@ -418,7 +428,7 @@ class _StepsAfterTheRange:
             self._patched = None
         for owner, step, wrapper in reversed(self._wrapped):
             if vars(owner).get("step") is wrapper:
-                owner.step = step  # type: ignore[attr-defined]
+                owner.step = step
         self._wrapped.clear()
 
 

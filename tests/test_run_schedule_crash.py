@@ -64,10 +64,13 @@ MULTI = """
 AT_ONCE = 2
 
 
-def start(cwd: Path, schedule: str, script: str) -> subprocess.Popen[str]:
+def start(cwd: Path, schedule: str, script: str, *options: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("POLYPROF_")}
     return subprocess.Popen(
-        [sys.executable, "-m", "polyprof", "run", "--schedule", schedule, "--output-dir", "out", script],
+        [
+            *(sys.executable, "-m", "polyprof", "run", *options),
+            *("--schedule", schedule, "--output-dir", "out", script),
+        ],
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
@@ -76,7 +79,9 @@ def start(cwd: Path, schedule: str, script: str) -> subprocess.Popen[str]:
     )
 
 
-def run_many(tmp_path: Path, source: str, schedule: str, times: int) -> list[tuple[Path, int, str, str]]:
+def run_many(
+    tmp_path: Path, source: str, schedule: str, times: int, *options: str
+) -> list[tuple[Path, int, str, str]]:
     """Run ``source`` under ``polyprof run --schedule`` ``times`` times, ``AT_ONCE`` at a time."""
     results = []
     for first in range(0, times, AT_ONCE):
@@ -85,7 +90,7 @@ def run_many(tmp_path: Path, source: str, schedule: str, times: int) -> list[tup
             cwd = tmp_path / f"run{n}"
             cwd.mkdir()
             (cwd / "train.py").write_text(textwrap.dedent(source))
-            started.append((cwd, start(cwd, schedule, "train.py")))
+            started.append((cwd, start(cwd, schedule, "train.py", *options)))
         for cwd, proc in started:
             out, err = proc.communicate(timeout=120)
             results.append((cwd, proc.returncode, out, err))
@@ -164,3 +169,13 @@ def test_schedule_counts_every_torch_wrapped_step_of_every_optimizer(tmp_path: P
     for k, cycle in enumerate(written[:4]):
         assert profiler_steps(cycle["events"]) == [f"ProfilerStep#{n}" for n in range(3 * k, 3 * k + 3)]
     assert profiler_steps(written[4]["events"]) == ["ProfilerStep#12"]
+
+
+def test_with_stack_keeps_the_frames_of_the_optimizers_step(tmp_path: Path) -> None:
+    """The step wrapper is polyprof's code; what it calls (torch's and the user's step) is not."""
+    [(cwd, code, _, err)] = run_many(tmp_path, TRAINING.format(steps=4), "0,0,2", 1, "--with-stack")
+    assert code == 0, err[-3000:]
+    for cycle in cycles(cwd, err)[:2]:
+        frames = {e["name"] for e in cycle["events"] if e.get("cat") == "python_function"}
+        assert any(re.search(r"optim/sgd\.py\(\d+\): step$", name) for name in frames), sorted(frames)
+        assert not any("whole_script.py" in name for name in frames), sorted(frames)

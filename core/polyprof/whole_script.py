@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
@@ -345,6 +346,8 @@ class _StepsAfterTheRange:
         self._local = threading.local()
         self._wrapped: list[tuple[type, Any, Any]] = []
         self._patched: tuple[type, Any, Any] | None = None
+        #: Classes whose ``step`` could not be wrapped (logged once each).
+        self._unwrappable: weakref.WeakSet[type] = weakref.WeakSet()
 
     def install(self) -> None:
         """Wrap the classes torch wraps from now on, and those it already wrapped."""
@@ -366,17 +369,22 @@ class _StepsAfterTheRange:
         while pending:  # classes already constructed before the script ran
             cls = pending.pop()
             pending.extend(cls.__subclasses__())
-            self._wrap_class(cls)
+            self._wrap_step_of_class(cls)
 
     def wrap_step_of(self, optimizer: Any, *_: Any) -> None:
         """Wrap the ``step`` of ``optimizer``'s class (also a global step pre-hook: returns None)."""
-        cls = type(optimizer)
+        self._wrap_step_of_class(type(optimizer))
+
+    def _wrap_step_of_class(self, cls: type) -> None:
         if getattr(getattr(cls, "step", None), self._MARK, False):  # every step: the usual case, first
+            return
+        if cls in self._unwrappable:
             return
         try:
             self._wrap_class(cls)
         except Exception:  # the step then advances inside torch's range, as before
-            log.warning("whole_script_step_wrap_failed", exc_info=True)
+            self._unwrappable.add(cls)  # said once per class, not at every step
+            log.warning("whole_script_step_wrap_failed", optimizer=cls.__qualname__, exc_info=True)
 
     def _wrap_class(self, cls: type) -> None:
         owner = next((klass for klass in cls.__mro__ if "step" in vars(klass)), None)
@@ -392,8 +400,9 @@ class _StepsAfterTheRange:
         advance = self._advance
         is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
 
+        # Its own name, so that own_frames keeps what it calls (the user's step) under with_stack.
         @functools.wraps(step)  # copies ``hooked``, so torch does not wrap it again
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def optimizer_step_after_the_range(*args: Any, **kwargs: Any) -> Any:
             if is_compiling():  # transparent to torch.compile: its post-hook steps where it runs
                 return step(*args, **kwargs)
             depth = getattr(local, "depth", 0)
@@ -407,6 +416,9 @@ class _StepsAfterTheRange:
                     for _ in range(counted):
                         advance()
 
+        wrapper = optimizer_step_after_the_range
+        # What torch's own wrapper wraps, as before: code that calls ``step.__wrapped__`` skips hooks.
+        wrapper.__wrapped__ = getattr(step, "__wrapped__", step)
         setattr(wrapper, self._MARK, True)
         owner.step = wrapper  # type: ignore[attr-defined]
         self._wrapped.append((owner, step, wrapper))

@@ -33,10 +33,13 @@ _OWN_THREAD_FRAME = re.compile(r"(^|/)(polyprof|core)/bus\.py\(\d+\): (_run_bus_
 _THREAD_ENTRY_FRAME = re.compile(r"(^|/)threading\.py\(\d+\): _bootstrap$")
 #: polyprof's frames that call the user's (or torch's) code: what they call is not the profiler's.
 #: ``step`` calls the user's ``schedule`` and torch's step tracker, as torch's ``step`` does;
-#: ``polyprof run``'s ``destroy_process_group`` wrapper calls torch's teardown.
+#: ``polyprof run``'s ``destroy_process_group`` wrapper calls torch's teardown, its optimizer step
+#: wrapper the optimizer's ``step``, its ``_patch_step_function`` torch's.
 _HAND_OVER_FRAME = re.compile(
     r"(^|/)(record\.py\(\d+\): wrapped|run_target\.py\(\d+\): run_target"
-    r"|polyprof/profiler\.py\(\d+\): step|polyprof/whole_script\.py\(\d+\): destroy_process_group)$"
+    r"|polyprof/profiler\.py\(\d+\): step"
+    r"|polyprof/whole_script\.py\(\d+\): "
+    r"(destroy_process_group|optimizer_step_after_the_range|_patch_step_function))$"
 )
 
 

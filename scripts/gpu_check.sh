@@ -42,7 +42,9 @@ SITE="${POLYPROF_GPU_SITE:-/tmp/polyprof-gpu-site}"
 #: what --download-wheels fetches (cp312 manylinux, no dependencies: the machine has the rest).
 #: Carried in only where the machine lacks them (select_wheels); polyprof's needs are read from
 #: its pyproject files, the HTA check's are HTA_NEEDS.
-DOWNLOAD_SPECS=("structlog>=23.1" "orjson>=3.9" "HolisticTraceAnalysis==0.5.0" "plotly>=5.11" "pydot>=1.3" "pandas>=2,<3")
+#: pandas 2 needs pytz and tzdata, which the nvidia-h200 image (pandas 3) lacks.
+DOWNLOAD_SPECS=("structlog>=23.1" "orjson>=3.9" "HolisticTraceAnalysis==0.5.0" "plotly>=5.11" "pydot>=1.3" "pandas>=2,<3"
+    "pytz>=2020.1" "tzdata>=2022.7")
 #: what the HTA checks of tests/gpu need beside HTA's own dependencies (HTA 0.5 fails with pandas 3)
 HTA_NEEDS="HolisticTraceAnalysis>=0.5 plotly>=5.11 pydot>=1.3 pandas>=2,<3"
 
@@ -210,7 +212,8 @@ EOF
         "$PY" -c "import pandas, sys; sys.exit(int(pandas.__version__.split('.')[0]) >= 3)" \
             || echo "WARNING: pandas $("$PY" -c 'import pandas; print(pandas.__version__)') with HTA 0.5: its breakdowns may fail; carry a pandas<3 wheel"
     else
-        echo "hta: not importable: the HTA checks will skip (carry HolisticTraceAnalysis, plotly, pydot wheels)"
+        echo "hta: not importable: $("$PY" -c "import hta.trace_analysis" 2>&1 | tail -1)"
+        echo "     the HTA checks will fail (carry HolisticTraceAnalysis, plotly, pydot, pandas<3, pytz, tzdata wheels)"
     fi
     if [ $rc -ne 0 ]; then
         echo

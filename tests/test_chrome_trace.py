@@ -95,7 +95,6 @@ def installed_layout(test: Callable[..., None]) -> Callable[..., None]:
     return test
 
 
-
 def batch_from_rows(rows: list[dict[str, Any]], source: str = "test") -> EventBatch:
     """An EventBatch from dict rows; interned fields are given as values."""
     fields = sorted({key for row in rows for key in row} | {"kind", "name", "start_ns", "dur_ns"})
@@ -454,6 +453,8 @@ def test_device_events_follow_kineto(tmp_path: Path) -> None:
     # Kineto draws GPU user annotations 1 ns earlier and 2 ns longer.
     annotation = ev[("gpu_user_annotation", "ProfilerStep#3")]
     assert ns_of(annotation["ts"]) == T0 + 30_000 - 1 - BASE and ns_of(annotation["dur"]) == 15_002
+    # Kineto writes the range's id alone (HTA drops a span that carries a "correlation")
+    assert annotation["args"] == {"External id": 1}
     op = ev[("cpu_op", "aten::mm")]
     assert op["args"] == {
         "External id": 2,
@@ -551,29 +552,58 @@ def test_top_level_keys_and_metadata(tmp_path: Path) -> None:
         # torch 2.6 to 2.10: time keys after traceName, metadata events after the events.
         (
             chrome_trace.KinetoLayout(time_keys_first=False, metadata_first=False, host_name=False),
-            ["schemaVersion", "deviceProperties", "trace_id", "traceEvents", "traceName", "displayTimeUnit",
-             "baseTimeNanoseconds"],
+            [
+                "schemaVersion",
+                "deviceProperties",
+                "trace_id",
+                "traceEvents",
+                "traceName",
+                "displayTimeUnit",
+                "baseTimeNanoseconds",
+            ],
             True,
         ),
         # torch 2.11: time keys before traceEvents.
         (
             chrome_trace.KinetoLayout(time_keys_first=True, metadata_first=False, host_name=False),
-            ["schemaVersion", "deviceProperties", "trace_id", "displayTimeUnit", "baseTimeNanoseconds",
-             "traceEvents", "traceName"],
+            [
+                "schemaVersion",
+                "deviceProperties",
+                "trace_id",
+                "displayTimeUnit",
+                "baseTimeNanoseconds",
+                "traceEvents",
+                "traceName",
+            ],
             True,
         ),
         # torch 2.12: metadata events first, "ph" first in every event.
         (
             chrome_trace.KinetoLayout(time_keys_first=True, metadata_first=True, host_name=False),
-            ["schemaVersion", "deviceProperties", "trace_id", "displayTimeUnit", "baseTimeNanoseconds",
-             "traceEvents", "traceName"],
+            [
+                "schemaVersion",
+                "deviceProperties",
+                "trace_id",
+                "displayTimeUnit",
+                "baseTimeNanoseconds",
+                "traceEvents",
+                "traceName",
+            ],
             False,
         ),
         # torch 2.13+: host_name.
         (
             chrome_trace.NEWEST_LAYOUT,
-            ["schemaVersion", "deviceProperties", "trace_id", "host_name", "displayTimeUnit",
-             "baseTimeNanoseconds", "traceEvents", "traceName"],
+            [
+                "schemaVersion",
+                "deviceProperties",
+                "trace_id",
+                "host_name",
+                "displayTimeUnit",
+                "baseTimeNanoseconds",
+                "traceEvents",
+                "traceName",
+            ],
             False,
         ),
     ],
@@ -1059,7 +1089,10 @@ def event_rows(draw: st.DrawFn) -> list[dict[str, Any]]:
             # One device type per index: a lane (pid) is one device.
             row["device_type"] = int(DeviceType.XPU if row["device_index"] % 2 else DeviceType.CUDA)
             row["stream"] = draw(st.integers(0, 2**20))
-        if kind in DEVICE_KINDS or kind in (EventKind.RUNTIME, EventKind.DRIVER):
+        # torch hands a range's GPU span over with the range's id as its correlation id, unlinked
+        if (kind in DEVICE_KINDS or kind in (EventKind.RUNTIME, EventKind.DRIVER)) and (
+            kind != EventKind.GPU_USER_ANNOTATION
+        ):
             row["linked_correlation_id"] = draw(st.integers(0, 2**40))
         if kind in INSTANT_KINDS:
             row["nbytes"] = draw(st.integers(-(2**40), 2**40))

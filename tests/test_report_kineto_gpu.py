@@ -1,4 +1,4 @@
-"""``polyprof report`` on GPU traces that torch.profiler (Kineto) wrote on A100s.
+"""``polyprof report`` on GPU traces that torch.profiler (Kineto) wrote on A100s and an H200.
 
 The traces are Holistic Trace Analysis's test data (tests/data/kineto_gpu/README.md).
 The oracle is torch's rule, computed here from the JSON alone: a runtime or
@@ -7,7 +7,8 @@ innermost op (not a ``record_function`` range) open on the calling thread at the
 call (torch pushes only ops' ids on the thread's correlation stack); a kernel,
 copy or fill belongs to the op of
 the call with its correlation id; an op's Self CUDA is the time of the device rows
-that belong to it; syncs and overhead are never device time. Needs no torch.
+that belong to it; a range's GPU span is a device row of its own; syncs and overhead
+are never device time. Needs no torch.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ def torch_self_cuda(events: list[dict[str, Any]]) -> tuple[Counter, Counter]:
             owner = op_of_correlation.get(row["args"].get("correlation"))
             if owner is not None:
                 by_op[owner] += row["dur"]
+        elif row.get("cat") == "gpu_user_annotation":
+            # a range's GPU span is a device row of its own, its time the span's (Kineto wrote it
+            # 2 ns longer); torch's table names every step's span "ProfilerStep*"
+            name = "ProfilerStep*" if row["name"].startswith("ProfilerStep#") else row["name"]
+            by_device_row[name] += row["dur"] - 0.002
     return by_op, by_device_row
 
 

@@ -261,7 +261,9 @@ def _parse_json(path: str, data: bytes | bytearray) -> Any:
     except RecursionError:
         raise _depth_error(path, "past Python's recursion limit") from None
     except json.JSONDecodeError as exc:
-        if exc.pos >= len(text.rstrip()):
+        # a string that never closes runs to the end of the text: cut there too (the stdlib
+        # reports where the string began)
+        if exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string"):
             raise TraceFileError(
                 path, f"truncated JSON: the document ends (line {exc.lineno}) before it is complete"
             ) from None
@@ -782,6 +784,11 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
     tid = _ints([ev.get("tid", 0) for ev in events], 0)
     ext = arg(Arg.EXTERNAL_ID, 0)
     correlation_arg = arg(Arg.CORRELATION, 0)
+    # Kineto writes a range's GPU span with the range's id as its "External id" alone; torch
+    # hands that id over as the span's correlation id, where polyprof keeps it (nothing launched it)
+    gpu_annotation = kind == int(EventKind.GPU_USER_ANNOTATION)
+    correlation_arg = np.where(gpu_annotation & (correlation_arg == 0), ext, correlation_arg)
+    ext_link = np.where(gpu_annotation, 0, np.maximum(ext, 0))
 
     # Device lanes: the "device"/"stream" args, else the lane (pid/tid); the
     # device type from the category, else from the lane's process name.
@@ -854,14 +861,13 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
     start_ns = us_to_ns(ts_us) + base_ns
     dur_ns = us_to_ns(dur_us)
     dur_ns = np.where(memory, 0, dur_ns)  # instants have no duration
-    gpu_annotation = kind == int(EventKind.GPU_USER_ANNOTATION)
     if gpu_annotation.any():  # undo Kineto's "1 ns earlier, 2 ns longer"
         start_ns = np.where(gpu_annotation, start_ns + 1, start_ns)
         dur_ns = np.where(gpu_annotation, np.maximum(dur_ns - 2, 0), dur_ns)
     columns["start_ns"] = start_ns
     columns["dur_ns"] = dur_ns
     columns["linked_correlation_id"] = _checked_links(  # ids are positive; the tree refuses others
-        kind, pid, tid, start_ns, dur_ns, np.maximum(ext, 0), np.maximum(correlation_arg, 0), host, on_device
+        kind, pid, tid, start_ns, dur_ns, ext_link, np.maximum(correlation_arg, 0), host, on_device
     )
     batch = EventBatch.build(SOURCE, columns, tables)
     counter_batch = (

@@ -288,6 +288,10 @@ def us_to_ns(values: Any) -> np.ndarray:
     recovers the nearest integer without that second rounding. Exact for
     values below 2**43 µs (101 days: every ``ts`` relative to a trimonth
     base), where neighbouring doubles are less than 1 ns apart.
+
+    Larger values (old Kineto's absolute epoch microseconds, about 1.7e15) are
+    past 2**53 once in nanoseconds, where doubles are 256 ns apart: their
+    whole microseconds and their fraction are converted apart, in integers.
     """
     x = np.asarray(values, dtype=np.float64)
     product = x * 1000.0
@@ -298,7 +302,13 @@ def us_to_ns(values: Any) -> np.ndarray:
     nearest = np.rint(product)
     residual = (product - nearest) + error
     nearest = nearest + (residual > 0.5) - (residual < -0.5)
-    return nearest.astype(np.int64)
+    small = np.abs(x) < 2.0**43
+    if small.all():
+        return nearest.astype(np.int64)
+    large = np.where(small, 0.0, x)
+    whole = np.floor(large)  # exact below 2**53, and its fraction x - whole too
+    exact = whole.astype(np.int64) * 1000 + np.rint((large - whole) * 1000.0).astype(np.int64)
+    return np.where(small, nearest.astype(np.int64), exact)
 
 
 # ----------------------------------------------------------------- layout

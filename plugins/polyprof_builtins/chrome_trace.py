@@ -354,6 +354,7 @@ class _ArgsForm(enum.IntEnum):
     FRAGMENT_ONLY = 6  # memory, Python and overhead events with a fragment
     DEVICE = 7  # device activity
     HOST_CALL = 8  # runtime and driver calls on the host
+    GPU_ANNOTATION = 9  # GPU spans of ranges: the range's External id alone, as Kineto writes them
 
 
 class _ArgsText:
@@ -401,6 +402,7 @@ class _ArgsText:
         form[_kind_mask(kind, fragment_only) & has_fragment] = _ArgsForm.FRAGMENT_ONLY
         form[_kind_mask(kind, DEVICE_KINDS)] = _ArgsForm.DEVICE
         form[_kind_mask(kind, API_CALL_KINDS)] = _ArgsForm.HOST_CALL
+        form[kind == int(EventKind.GPU_USER_ANNOTATION)] = _ArgsForm.GPU_ANNOTATION
         self.form = form
         self.device_stream = _device_tid(cols) if (form == _ArgsForm.DEVICE).any() else None
         self._render = {
@@ -413,6 +415,7 @@ class _ArgsText:
             _ArgsForm.FRAGMENT_ONLY: self._fragment_only,
             _ArgsForm.DEVICE: self._device,
             _ArgsForm.HOST_CALL: self._host_call,
+            _ArgsForm.GPU_ANNOTATION: self._gpu_annotation,
         }
 
     def chunk(self, lo: int, hi: int, skip: np.ndarray | None = None) -> list[str]:
@@ -512,6 +515,21 @@ class _ArgsText:
                 self.fragment_col[idx].tolist(),
             )
         ]
+
+    def _gpu_annotation(self, idx: np.ndarray) -> list[str]:
+        # Kineto writes only the range's id, as "External id" (torch hands it over as the span's
+        # correlation id). No device, stream or correlation: Holistic Trace Analysis takes a
+        # "correlation" for a launch's and drops the span, as it drops kernels whose launch it
+        # cannot find.
+        extra = self.extra_fragments
+        rows = zip(self.cols.col("correlation_id")[idx].tolist(), self.fragment_col[idx].tolist())
+        out = []
+        for c, a in rows:
+            if c:
+                out.append(f"{_EXTERNAL_ID_HEAD}{c}{extra[a]}}}")
+            else:  # no range id: only what the tracer kept, if anything
+                out.append(f"{_ARGS_OPEN}{extra[a][2:]}}}" if extra[a] else "")
+        return out
 
     def _host_call(self, idx: np.ndarray) -> list[str]:
         # External id of the launching op, correlation, then any fragment.

@@ -249,6 +249,49 @@ def test_self_device_report_a_noisy_torch_never_lets_a_large_error_through():
     assert r["failures"] == [] and r["capped"] == [key]
 
 
+def test_self_device_report_an_exact_same_recording_reading_judges_ranges_and_noisy_keys():
+    """The H200 run: ``ProfilerStep*`` spans 12-42% apart between two torch processes and 12-28% from
+    polyprof's, in either direction, while polyprof's reading of every torch recording equalled
+    torch's. Run to run a range's span measures each profiler's host overhead, so the exact reading
+    judges the ranges, and any key whose torch spread is past the ceiling: listed, never failed."""
+    key, noisy = "CUDA|ProfilerStep*", "CUDA|k"
+    work = {"CUDA|sgemm": 1000.0}
+    theirs = [{**work, key: v, noisy: w} for v, w in ((23986.0, 100.0), (31182.0, 130.0), (16790.0, 70.0))]
+    ours = [{"CUDA|sgemm": 1000.0, key: 9000.0, noisy: 160.0}] * 3
+    keys = ["CUDA|sgemm", noisy]
+    r = gc.self_device_report(ours, theirs, keys, range_keys={key}, attribution_exact=True)
+    # (the noisy key is its class's noise, so it lifts sgemm's limit past the ceiling too)
+    assert r["failures"] == [] and r["judged_by_same_recording"] == [key, noisy, "CUDA|sgemm"]
+    assert r["keys"][key][3] == pytest.approx(100 * (23986 - 9000) / 23986)  # still reported
+    # a quiet range is judged by the reading too; work within the ceiling is still judged run to run
+    quiet = [{**work, key: 24000.0}] * 3
+    r = gc.self_device_report([{"CUDA|sgemm": 1100.0, key: 30000.0}] * 3, quiet, ["CUDA|sgemm"],
+                              range_keys={key}, attribution_exact=True)  # fmt: skip
+    assert [f[0] for f in r["failures"]] == ["CUDA|sgemm"] and r["judged_by_same_recording"] == [key]
+    # without the exact reading the ceiling holds
+    r = gc.self_device_report(ours, theirs, keys, range_keys={key})
+    assert sorted(f[0] for f in r["failures"]) == [key, noisy] and r["judged_by_same_recording"] == []
+
+
+def test_self_device_report_short_events_get_their_own_floor():
+    """tests/gpu's CUDA graph on an H200: 50 fills of about a microsecond, 53.8 µs under polyprof and
+    48.9 µs under torch (10%) where both torch processes agreed within 4%; torch's own recordings in
+    one process ranged 50.5-56.1 µs. Events under 2 µs on average get a floor of 22%."""
+    key = "CUDA|Memset (Unknown)"
+    work = {"CUDA|sgemm": 2700.0}
+    theirs = [{**work, key: v} for v in (48.9, 48.4, 50.0)]
+    ours = [{**work, key: 53.8}] * 3
+    counts = {key: 50, "CUDA|sgemm": 50}
+    assert [f[0] for f in gc.self_device_report(ours, theirs, [*work, key])["failures"]] == [key]
+    r = gc.self_device_report(ours, theirs, [*work, key], event_counts=counts)
+    assert r["failures"] == [] and r["keys"][key][4] == pytest.approx(22.0)
+    # long events keep the 2% floor: 54 µs per sgemm, 4% off
+    r = gc.self_device_report([{**work, "CUDA|sgemm": 2808.0, key: 48.9}] * 3, [{**work, key: 48.9}] * 3,
+                              [*work, key], event_counts=counts)  # fmt: skip
+    assert [f[0] for f in r["failures"]] == ["CUDA|sgemm"]
+    assert gc.device_event_counts({"device_averages": {"Memset (Unknown)": 50}}) == {key: 50}
+
+
 def test_self_device_report_a_key_missing_from_a_recording_does_not_loosen_its_class():
     """A kernel that ran in one recording only has a spread of 100%: that is its appearance, not
     timing, and must not lift every other key's limit to 200%."""
@@ -656,9 +699,14 @@ def test_summarize_comparison_with_ranges_a_second_torch_child_and_a_reading():
                                 "flow_mismatches": {"only_ours": [], "only_theirs": []}}  # fmt: skip
     runs["polyprof"]["summaries"] = [{**summary, "device_annotations": {"CUDA|ProfilerStep*": 530.0}}]
     s = gc.summarize_comparison("eager", runs)
-    # one torch child: the range's 6% is over the 2% floor
-    assert [f[0] for f in s["self_cuda_report"]["failures"]] == ["CUDA|ProfilerStep*"]
+    # the reading of torch's recording is exact, so it judges the range (6% off run to run)
+    report = s["self_cuda_report"]
+    assert report["failures"] == [] and report["judged_by_same_recording"] == ["CUDA|ProfilerStep*"]
     assert s["same_recording"]["agrees"] and s["flow_arrow_mismatches"] == {}
+    # without that reading, one torch child: the range's 6% is over the 2% floor
+    unread = {**runs, "torch": {k: v for k, v in runs["torch"].items() if k != "reading"}}
+    failures = gc.summarize_comparison("eager", unread)["self_cuda_report"]["failures"]
+    assert [f[0] for f in failures] == ["CUDA|ProfilerStep*"]
     again = {"summaries": [{**summary, "device_annotations": {"CUDA|ProfilerStep*": 520.0}}]}
     s = gc.summarize_comparison("eager", {**runs, gc.TORCH_AGAIN: again})
     assert s["torch_children"] == 2 and s["torch_range_spread_pct"] == pytest.approx(4.0)

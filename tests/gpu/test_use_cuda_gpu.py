@@ -76,7 +76,10 @@ def test_use_cuda_records_torchs_kineto_kernels_not_its_fallback(record_result):
     record_result(
         {
             "record": "use_cuda",
-            **{name: {k: v[k] for k in ("mm_kernel_names", "mm_self_cuda_us")} for name, v in out.items()},
+            **{
+                name: {k: v[k] for k in ("mm_kernel_names", "mm_self_cuda_us", "ops")}
+                for name, v in out.items()
+            },
         }
     )
     fallback, kineto, legacy = out["torch fallback"], out["torch kineto"], out["torch legacy"]
@@ -92,5 +95,9 @@ def test_use_cuda_records_torchs_kineto_kernels_not_its_fallback(record_result):
         assert ours["mm_kernel_names"] == kineto["mm_kernel_names"], name
         assert ours["mm_legacy"] == [False], name
         assert ours["mm_self_cuda_us"] == pytest.approx(kineto["mm_self_cuda_us"], rel=0.1), name
-    assert out["polyprof autograd"]["ops"] == fallback["ops"]
-    assert out["polyprof legacy"]["ops"] == legacy["ops"]
+    # The ops are torch's with use_kineto=True. torch's fallback differs from those by a second,
+    # nested aten::sum per call (an H200 with torch 2.11: 20 rows for 10 sums), which its legacy
+    # profiler and Kineto do not show.
+    assert out["polyprof autograd"]["ops"] == kineto["ops"]
+    assert out["polyprof autograd kineto"]["ops"] == kineto["ops"]
+    assert out["polyprof legacy"]["ops"] == legacy["ops"] == kineto["ops"]

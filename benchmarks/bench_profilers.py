@@ -27,12 +27,15 @@ import sys
 
 from child_workloads import WORKLOADS
 
-CHILD = r"""
+CHILD = (
+    r"""
 import json, resource, sys, time, os, tempfile
 import torch
 torch.set_num_threads(1)
 which, workload, n_ops = sys.argv[1], sys.argv[2], int(sys.argv[3])
-""" + WORKLOADS + r"""
+"""
+    + WORKLOADS
+    + r"""
 
 # warm-up: one-time initialisation of torch and of the profiler
 body_warm = time.perf_counter(); body(); body_warm = time.perf_counter() - body_warm
@@ -54,6 +57,7 @@ print(json.dumps({"unprofiled_s": unprofiled, "profiled_loop_s": profiled, "exit
                   "export_s": export, "trace_bytes": size,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
+)
 
 
 def run_child(which: str, workload: str, n_ops: int) -> dict:

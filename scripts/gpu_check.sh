@@ -233,14 +233,20 @@ shim_install() {
     ln -s "$ROOT/plugins/polyprof_builtins" "$shim/polyprof_builtins"
     ln -s "$ROOT/plugins_cuda/polyprof_cuda" "$shim/polyprof_cuda"
     "$PY" - "$ROOT" "$shim" <<'EOF' || return 1
-import sys, tomllib
+import re, sys, tomllib
 from pathlib import Path
 root, shim = Path(sys.argv[1]), Path(sys.argv[2])
 for project in (root / "pyproject.toml", root / "plugins_cuda" / "pyproject.toml"):
     meta = tomllib.loads(project.read_text())["project"]
-    info = shim / f"{meta['name'].replace('-', '_')}-{meta['version']}.dist-info"
+    # polyprof's version is dynamic, written once in core/polyprof/_version.py; polyprof-cuda's is static.
+    version = meta.get("version") or re.search(
+        r"""^__version__\s*=\s*["']([^"']+)["']""",
+        (root / "core" / "polyprof" / "_version.py").read_text(),
+        re.MULTILINE,
+    ).group(1)
+    info = shim / f"{meta['name'].replace('-', '_')}-{version}.dist-info"
     info.mkdir()
-    info.joinpath("METADATA").write_text(f"Metadata-Version: 2.1\nName: {meta['name']}\nVersion: {meta['version']}\n")
+    info.joinpath("METADATA").write_text(f"Metadata-Version: 2.1\nName: {meta['name']}\nVersion: {version}\n")
     groups = dict(meta.get("entry-points", {}))
     if meta.get("scripts"):
         groups["console_scripts"] = meta["scripts"]

@@ -42,11 +42,15 @@ if ! "$VENV/bin/ruff" check .; then
     echo "scripts/test.sh: FAILED: ruff check found the problems above (ruff check --fix fixes some)" >&2
     exit 1
 fi
+if ! "$VENV/bin/ruff" format --check .; then
+    echo "scripts/test.sh: FAILED: ruff format would reformat the files above (run: ruff format .)" >&2
+    exit 1
+fi
 if ! "$VENV/bin/mypy"; then
     echo "scripts/test.sh: FAILED: mypy found the type errors above" >&2
     exit 1
 fi
-echo "lint: ruff check and mypy passed in $((SECONDS - lint_started)) s"
+echo "lint: ruff check, ruff format --check and mypy passed in $((SECONDS - lint_started)) s"
 
 # torch 2.6 on Python 3.10: the oldest of both. torch 2.15 on Python 3.12 with pluggy 1.6.0: the
 # newest torch on what GPU images run (Python 3.12, pluggy 1.6, which once broke every profile).

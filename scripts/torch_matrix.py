@@ -240,6 +240,24 @@ def read_project(path: Path) -> dict:
     return tomllib.loads(path.read_text())["project"]
 
 
+#: polyprof's one version (pyproject.toml declares it dynamic and reads it from here).
+VERSION_FILE = Path("core/polyprof/_version.py")
+
+
+def project_version(root: Path, project: dict) -> str:
+    """A pyproject's version: its own ``version``, or, where it has none, ``VERSION_FILE``'s.
+
+    The file is read, not imported (``__version__ = "..."``): the script runs before any venv exists.
+    """
+    if "version" in project:
+        return project["version"]
+    path = root / VERSION_FILE
+    match = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", path.read_text(), re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f'{path} assigns no __version__ = "..."')
+    return match.group(1)
+
+
 def dependency_floors(root: Path = ROOT) -> tuple[list[str], list[str]]:
     """The constraints of a floors run (``name==floor``), and what is wrong with the declared floors.
 
@@ -252,6 +270,7 @@ def dependency_floors(root: Path = ROOT) -> tuple[list[str], list[str]]:
     problems: list[str] = []
     floors: dict[str, tuple[tuple[int, ...], str, str]] = {}
     core = read_project(root / "pyproject.toml")
+    core_version = project_version(root, core)
     for folder, extras in FLOOR_PROJECTS.items():
         relative = (Path(folder) / "pyproject.toml").as_posix()
         project = read_project(root / relative)
@@ -269,11 +288,11 @@ def dependency_floors(root: Path = ROOT) -> tuple[list[str], list[str]]:
                 problems.append(f"{relative}: {text!r} declares no floor (>=, == or ~=)")
                 continue
             if canonical(name) == canonical(core["name"]):
-                if release(floor) != release(core["version"]):
+                if release(floor) != release(core_version):
                     problems.append(
                         f"{relative}: {text!r} has polyprof {floor} as its floor, but this tree is "
-                        f"polyprof {core['version']}, the only polyprof a floors run can install: "
-                        f"make the floor {'.'.join(map(str, release(core['version'])))}"
+                        f"polyprof {core_version}, the only polyprof a floors run can install: "
+                        f"make the floor {'.'.join(map(str, release(core_version)))}"
                     )
                 continue
             key = canonical(name)

@@ -23,9 +23,11 @@ import pytest
 import polyprof
 import polyprof.legacy
 import polyprof.shim
-from polyprof.components import Aggregator
+from polyprof.averages import Aggregator
+from polyprof.errors import PolyprofDeprecationWarning
+from polyprof.event_list import wrap_key_averages
 from polyprof.events import concat
-from polyprof.results import FunctionEventAvg, wrap_key_averages
+from polyprof.function_events import FunctionEventAvg
 from polyprof.testing import ComponentPlugin, FakeTracer, make_event_batch, make_plugin_manager_for_tests
 from polyprof.tree import tree_for
 from polyprof_builtins.key_averages import KeyAverages
@@ -148,7 +150,7 @@ def test_an_aggregator_written_for_0_1_still_answers_with_a_deprecation_warning(
             pass
     finally:
         pm.close()
-    with pytest.warns(DeprecationWarning, match="0.1's aggregate"):
+    with pytest.warns(PolyprofDeprecationWarning, match="0.1's aggregate"):
         rows = _rows(prof.key_averages(group_by_input_shape=True))
     assert rows == EXPECTED_PLUGIN_ROWS
     # Called as 0.1 called it: use_device, the grouping it names, no tree, rows or newer options.
@@ -279,9 +281,7 @@ def test_the_guides_aggregator_answers_every_route() -> None:
     example = _guide_aggregator_example()
     step = {"name": "ProfilerStep#3", "start_ns": 0, "dur_ns": 600 * US, "thread": 1, "correlation_id": 9}
     tracer = OffsetTracer([step, *OPS], name="fake_cpu")
-    pm = make_plugin_manager_for_tests(
-        ComponentPlugin(tracers=[tracer]), ("guide", example)
-    )
+    pm = make_plugin_manager_for_tests(ComponentPlugin(tracers=[tracer]), ("guide", example))
     try:
         with polyprof.profile(activities=[polyprof.ProfilerActivity.CPU], plugin_manager=pm) as prof:
             pass

@@ -35,17 +35,12 @@ from hypothesis import strategies as st
 from hypothesis_budget import examples
 from polyprof import kineto_format
 from polyprof.activity import ProfilerActivity
-from polyprof.chrome_reader import (
-    TraceFileError,
-    load_chrome_trace,
-    read_chrome_trace,
-    trace_from_chrome,
-    us_to_ns,
-)
+from polyprof.chrome_reader import TraceFileError, load_chrome_trace, read_chrome_trace, trace_from_chrome
 from polyprof.components import Capabilities, Exporter
 from polyprof.config import ProfileConfig
 from polyprof.events import FIELDS, DeviceType, EventBatch, EventKind, intern_column, intern_structured_column
 from polyprof.fileio import OutputDirectoryMissing, OutputPermissionError
+from polyprof.kineto_format import us_to_ns
 from polyprof.testing import make_plugin_manager_for_tests
 from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, Trace
 from polyprof.tree import EventTree

@@ -20,7 +20,9 @@ import pytest
 from polyprof import __version__
 from polyprof.cli import build_parser, format_plugin_table, main
 from polyprof.components import Capabilities
-from polyprof.registry import ALLOW_LIST_ENV, BUILTIN_PLUGINS, DISABLE_AUTOLOAD_ENV, TRACE_ENV, PluginInfo
+from polyprof.plugin_discovery import ALLOW_LIST_ENV, BUILTIN_PLUGINS, DISABLE_AUTOLOAD_ENV
+from polyprof.plugin_info import PluginInfo
+from polyprof.registry import TRACE_ENV
 
 GOOD_PLUGIN = """
     from polyprof import hookimpl
@@ -270,7 +272,7 @@ def test_console_script(site_dir, tmp_path):
 def test_a_plugin_mode_is_shown_next_to_loaded() -> None:
     from polyprof.activity import ProfilerActivity
     from polyprof.components import Capabilities
-    from polyprof.registry import PluginInfo
+    from polyprof.plugin_info import PluginInfo
 
     mode = "via torch's Kineto (torch 2.11.0+cu130, CUDA 13.0)"
     caps = Capabilities(activities={ProfilerActivity.CUDA}, mode=mode)
@@ -285,7 +287,7 @@ def test_a_provisional_answer_is_marked_and_says_what_confirms_it() -> None:
     from polyprof.activity import ProfilerActivity
     from polyprof.cli import format_provisional_notes
     from polyprof.components import Capabilities
-    from polyprof.registry import PluginInfo
+    from polyprof.plugin_info import PluginInfo
 
     caps = Capabilities(
         activities={ProfilerActivity.CUDA}, mode="via torch's Kineto", provisional="whether torch sees a GPU"

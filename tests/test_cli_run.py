@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from polyprof.cli_run import EXIT_USAGE, add_run_command
+from polyprof.cli_run import add_run_command
+from polyprof.errors import EXIT_USAGE
 from polyprof.run_options import ScheduleSpec, parse_activities, parse_schedule
 from polyprof.run_target import RunTarget, outcome_of_exit
 
@@ -176,13 +177,8 @@ def runs(tmp_path_factory):
         "schedule": run_in(
             tmp_path_factory, "schedule", "--schedule", "1,1,2", "--row-limit", "3", "training.py"
         ),
+        "legacy": run_in(tmp_path_factory, "legacy", "legacy_xpu.py"),
     }
-    try:
-        import polyprof.legacy  # noqa: F401
-    except ModuleNotFoundError:
-        pass
-    else:
-        started["legacy"] = run_in(tmp_path_factory, "legacy", "legacy_xpu.py")
     return started
 
 
@@ -209,8 +205,6 @@ def test_a_script_that_profiles_itself_gets_polyprof(runs) -> None:
 
 @pytest.mark.slow
 def test_the_legacy_profiler_takes_use_xpu(runs) -> None:
-    if "legacy" not in runs:
-        pytest.skip("polyprof.legacy is not installed")
     run = runs["legacy"]
     assert run.returncode == 0, run.stderr
     assert "TYPE polyprof.shim LegacyProfile" in run.stdout

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from polyprof import cli, cli_convert, cli_merge, cli_rank_report, cli_report, cli_run
+from polyprof import cli, cli_convert, cli_merge, cli_report, cli_run
 from polyprof.errors import EXIT_INTERRUPTED, EXIT_USAGE, PolyprofError
 from polyprof.fileio import OutputDirectoryMissing
 from report_cli import CliResult
@@ -87,7 +87,7 @@ def no_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the traces were read before the options were checked")
 
-    monkeypatch.setattr(cli_rank_report, "collect_rank_set", refuse)
+    monkeypatch.setattr("polyprof.ranks.collect_rank_set", refuse)
 
 
 # ------------------------------------------------------------------ usage errors

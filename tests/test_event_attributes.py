@@ -23,15 +23,10 @@ import pytest
 
 from polyprof.activity import ProfilerActivity as PA
 from polyprof.config import ProfileConfig
-from polyprof.results import (
-    EventList,
-    FunctionEvent,
-    FunctionEventAvg,
-    ProfileResults,
-    TorchEventSurface,
-    probe_torch_event_surface,
-    torch_event_surface,
-)
+from polyprof.event_list import EventList
+from polyprof.function_events import FunctionEvent, FunctionEventAvg
+from polyprof.results import ProfileResults
+from polyprof.torch_event_surface import TorchEventSurface, probe_torch_event_surface, torch_event_surface
 from polyprof.trace import Trace
 from polyprof_builtins.torch_cpu import decode_result
 

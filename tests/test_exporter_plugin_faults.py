@@ -37,11 +37,10 @@ from polyprof.components import Exporter
 from polyprof.errors import PolyprofError, PolyprofWarning
 from polyprof.exporting import export_trace
 from polyprof.fileio import WriteCancellation, WriteCancelled, atomic_writer, cancellable_writes
+from polyprof.plugin_calls import PluginFailureWarning
+from polyprof.plugin_discovery import ALLOW_LIST_ENV, DISABLE_AUTOLOAD_ENV
 from polyprof.registry import (
-    ALLOW_LIST_ENV,
-    DISABLE_AUTOLOAD_ENV,
     TRACE_ENV,
-    PluginFailureWarning,
     UnknownExporterError,
     forget_shared_plugin_manager,
     make_plugin_manager,

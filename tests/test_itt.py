@@ -562,7 +562,9 @@ def test_seed_recipe_through_polyprof_run(collector: Path, tmp_path: Path, emit:
             if __name__ == '__main__':
               main()
             """
-        ).replace("EMIT", emit).replace("RANGE", rng)
+        )
+        .replace("EMIT", emit)
+        .replace("RANGE", rng)
     )
     lines = _run_with_collector(collector, tmp_path, "", "-m", "polyprof", "run", "sample.py")
     tasks = _tasks(lines, "PyTorch")

@@ -19,18 +19,17 @@ from torch.autograd import profiler_legacy  # noqa: E402
 import polyprof  # noqa: E402
 import polyprof.legacy  # noqa: E402
 from polyprof import ProfilerActivity  # noqa: E402
-from polyprof.components import Aggregator  # noqa: E402
-from polyprof.errors import ActivityUnavailableError  # noqa: E402
+from polyprof.averages import Aggregator  # noqa: E402
+from polyprof.errors import ActivityUnavailableError, ProfilerDisabledError  # noqa: E402
 from polyprof.events import DeviceType, EventKind  # noqa: E402
-from polyprof.legacy import ProfilerDisabledError  # noqa: E402
-from polyprof.results import FunctionEventAvg  # noqa: E402
-from polyprof.session import ActivityUnavailableWarning  # noqa: E402
+from polyprof.function_events import FunctionEventAvg  # noqa: E402
 from polyprof.testing import (  # noqa: E402
     ComponentPlugin,
     FakeTracer,
     make_event_batch,
     make_plugin_manager_for_tests,
 )
+from polyprof.user_warnings import ActivityUnavailableWarning  # noqa: E402
 
 legacy = polyprof.legacy
 

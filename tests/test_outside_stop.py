@@ -45,8 +45,8 @@ from polyprof.components import Capabilities
 from polyprof.config import ProfileConfig
 from polyprof.events import EventBatch
 from polyprof.hookspecs import hookimpl
+from polyprof.plugin_calls import PluginFailureWarning
 from polyprof.recording import recording_gate
-from polyprof.registry import PluginFailureWarning
 from polyprof.testing import make_plugin_manager_for_tests, run_pytest_in_child
 from polyprof.torch_result import CollectorResult, TorchResultTracer
 from polyprof.user_warnings import ProfilerStoppedOutsideNote, ProfilerStoppedOutsideWarning

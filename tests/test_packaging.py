@@ -33,14 +33,8 @@ from hypothesis import strategies as st
 import polyprof
 from polyprof.config import ProfileConfig
 from polyprof.events import EventKind
-from polyprof.registry import (
-    ALLOW_LIST_ENV,
-    BUILTIN_PLUGINS,
-    DISABLE_AUTOLOAD_ENV,
-    ENTRY_POINT_GROUP,
-    TRACE_ENV,
-    make_plugin_manager,
-)
+from polyprof.plugin_discovery import ALLOW_LIST_ENV, BUILTIN_PLUGINS, DISABLE_AUTOLOAD_ENV, ENTRY_POINT_GROUP
+from polyprof.registry import TRACE_ENV, make_plugin_manager
 from polyprof.testing import make_event_batch, make_trace
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ import pluggy
 import pytest
 
 import polyprof
-from polyprof import hookspecs
+from polyprof import activity_resolution, hookspecs
 from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities
 from polyprof.config import ProfileConfig
@@ -299,5 +299,7 @@ def test_a_provisional_answer_is_asked_again_once_torch_is_loaded(sees_device: b
     confirmed = pm.plugin_info("gpu")
     assert confirmed.provisional is None
     assert confirmed.status == ("loaded" if sees_device else "unavailable")
-    assert (ProfilerActivity.CUDA in pm.supported_activities()) is sees_device
+    assert (
+        ProfilerActivity.CUDA in activity_resolution.supported_activities(pm.plugin_infos())
+    ) is sees_device
     assert (pm.get_plugin("gpu") is plugin) is sees_device

@@ -1,9 +1,10 @@
-"""The public plugin contract (issue 11, "The house" 3).
+"""The public plugin contract (issue 11, "The house" 3; issue 25 item 2).
 
-docs/plugin-author-guide.md section 5 lists what a plugin may import; section 3 the hooks; section 4
-the components' methods. These tests keep that text and the code in agreement, keep polyprof-cuda
-and polyprof-xpu within the contract, and check that the session drives tracers only through methods
-their base class declares.
+The contract is ``polyprof.plugin.__all__``: every name a plugin may use, in one namespace
+(docs/plugin-author-guide.md section 5 lists them; section 3 the hooks; section 4 the components'
+methods). These tests keep the guide and the code in agreement, keep polyprof-cuda, polyprof-xpu,
+the built-in plugins and the example exporter within the contract, and check that the session
+drives tracers only through methods their base class declares.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,16 +27,35 @@ import tomllib
 from packaging.requirements import Requirement
 
 import polyprof
+import polyprof.plugin
 from polyprof import hookspecs
-from polyprof.activity import ProfilerActivity
-from polyprof.components import Aggregator, Exporter, Subscriber, Tracer
+from polyprof.plugin import Aggregator, Exporter, ProfileConfig, ProfilerActivity, Subscriber, Tracer
 from polyprof.testing import ComponentPlugin, FakeTracer, make_plugin_manager_for_tests
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "plugin-author-guide.md"
 #: The GPU distributions: (project folder, import package).
 GPU_DISTRIBUTIONS = (("plugins_cuda", "polyprof_cuda"), ("plugins_xpu", "polyprof_xpu"))
+BUILTINS = ROOT / "plugins" / "polyprof_builtins"
+EXAMPLE = ROOT / "docs" / "examples" / "polyprof-example-exporter"
 BACKTICKED_NAME = re.compile(r"`([A-Za-z_][A-Za-z0-9_.]*)`")
+
+#: The contract: every name a plugin may import, all from ``polyprof.plugin``.
+CONTRACT = frozenset(polyprof.plugin.__all__)
+#: What a plugin imports of polyprof: the contract, and in its tests the testing companion.
+CONTRACT_MODULE = "polyprof.plugin"
+TESTING_MODULE = "polyprof.testing"
+
+#: Built-ins that are core in all but their folder, not held to the contract: ``torch_cpu`` drives
+#: torch's collector with the recording layer's internals and ``chrome_trace`` is the core's Chrome
+#: writer. Both move into core (structure review 2026-11-27, section 10, step 4); their plugin entry
+#: points will then be adapters that import ``polyprof.plugin`` alone.
+BUILTINS_OUTSIDE_THE_CONTRACT = ("chrome_trace.py", "torch_cpu.py")
+#: The modules outside the contract that a built-in still imports, and why. ``parquet_trace`` writes
+#: a format polyprof reads back (``polyprof convert``, ``polyprof report``): its columns and the
+#: suffix rule of the formats polyprof reads back are the core's; it moves into core with
+#: ``chrome_trace``, whose text it holds.
+BUILTIN_CORE_IMPORTS = {"parquet_trace.py": frozenset({"polyprof.columnar", "polyprof.exporting"})}
 
 
 def guide_section(number: int) -> str:
@@ -46,45 +67,104 @@ def guide_section(number: int) -> str:
     return text[start.start() : start.end() + end.start()] if end else text[start.start() :]
 
 
-def contract() -> dict[str, frozenset[str]]:
-    """Section 5's table: module -> the names a plugin may import from it."""
-    rows = {}
+def guide_contract_names() -> list[str]:
+    """The names in the first column of section 5's table (its group rows, in bold, name none)."""
+    names = []
     for line in guide_section(5).splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) != 3 or not cells[0].startswith("`polyprof"):
+        if not line.startswith("|") or len(cells) != 2 or cells[0].startswith(("**", "name", "-")):
             continue
-        [module] = BACKTICKED_NAME.findall(cells[0])
-        rows[module] = frozenset(BACKTICKED_NAME.findall(cells[1]))
-    return rows
+        names.extend(BACKTICKED_NAME.findall(cells[0]))
+    return names
 
 
-CONTRACT = contract()
+def test_the_guide_names_exactly_the_contract() -> None:
+    names = guide_contract_names()
+    assert len(names) == len(set(names)), "section 5 names something twice"
+    assert set(names) == CONTRACT, (
+        f"only in the guide: {sorted(set(names) - CONTRACT)}; only in polyprof.plugin.__all__: "
+        f"{sorted(CONTRACT - set(names))}"
+    )
 
 
-def test_the_guide_lists_the_contract() -> None:
-    assert {"polyprof", "polyprof.components", "polyprof.hookspecs", "polyprof.log"} <= set(CONTRACT)
-    assert all(CONTRACT.values()), "every contract module names what a plugin uses of it"
+def test_the_guide_points_plugins_at_the_contract_and_tests_at_polyprof_testing() -> None:
+    section = guide_section(5)
+    assert "`polyprof.plugin`" in section.splitlines()[0]
+    assert "`polyprof.testing`" in section
+    assert "polyprof.testing" not in CONTRACT
 
 
-@pytest.mark.parametrize("module", sorted(CONTRACT))
-def test_every_contract_name_is_public_and_exists(module: str) -> None:
-    assert not any(part.startswith("_") for part in module.split(".")), f"{module} is private"
-    imported = importlib.import_module(module)
-    for name in sorted(CONTRACT[module]):
-        assert not name.startswith("_"), f"{module}.{name} is private"
-        assert hasattr(imported, name), f"the guide's contract names {module}.{name}, which does not exist"
+def test_every_contract_name_is_public_and_exists() -> None:
+    assert len(polyprof.plugin.__all__) == len(CONTRACT), "polyprof.plugin.__all__ names something twice"
+    for name in sorted(CONTRACT):
+        assert not name.startswith("_"), f"polyprof.plugin.{name} is private"
+        assert getattr(polyprof.plugin, name, None) is not None, f"polyprof.plugin.{name} does not exist"
+
+
+def test_the_contract_types_are_the_core_s_own() -> None:
+    """The names loaded on first use are the classes the hooks are given."""
+    from polyprof.registry import PolyprofPluginManager
+    from polyprof.session import Session
+
+    assert polyprof.plugin.Session is Session
+    assert polyprof.plugin.PolyprofPluginManager is PolyprofPluginManager
+    assert polyprof.plugin.hookimpl is polyprof.hookimpl
+    with pytest.raises(AttributeError, match="no attribute 'registry'"):
+        _ = polyprof.plugin.registry
+
+
+def test_installed_build_answers_as_the_core_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that fakes torch's build in ``polyprof.torch_support`` fakes it for plugins too."""
+    from polyprof import torch_support
+
+    build = polyprof.plugin.TorchBuild("2.13.0+cu130", cuda="13.0")
+    monkeypatch.setattr(torch_support, "installed_build", lambda: build)
+    assert polyprof.plugin.installed_build() is build
+
+
+def test_importing_the_contract_is_cheap_and_torch_free() -> None:
+    """Plugins import it while ``polyprof plugins`` lists them: nothing heavy beyond ``import polyprof``."""
+    code = (
+        "import sys\n"
+        "import polyprof\n"
+        "before = set(sys.modules)\n"
+        "import polyprof.plugin\n"
+        "new = sorted(set(sys.modules) - before)\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+        "heavy = [m for m in new if not m.startswith('polyprof.') and m.lstrip('_') != 'queue']\n"
+        "assert not heavy, heavy\n"
+        "late = {'polyprof.session', 'polyprof.registry', 'polyprof.bus'} & set(new)\n"
+        "assert not late, late\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False, cwd=ROOT
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
+
+
+def test_every_name_is_its_home_module_s_own() -> None:
+    """Re-exported, not copied: a name's home module (its old path) gives the same object."""
+    for name in sorted(CONTRACT):
+        obj = getattr(polyprof.plugin, name)
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)) or obj.__module__.startswith("pluggy"):
+            continue
+        if obj.__module__ == "polyprof.plugin":
+            assert name == "installed_build", f"polyprof.plugin.{name} is defined there, not re-exported"
+            continue
+        assert getattr(importlib.import_module(obj.__module__), obj.__name__) is obj, name
 
 
 def test_the_logging_and_warning_entry_points_are_public() -> None:
-    from polyprof import _log, log, session, user_warnings
+    from polyprof import log, user_warnings
 
-    assert _log.get_logger is log.get_logger  # plugins written against the old guide keep working
-    assert session.ActivityUnavailableWarning is user_warnings.ActivityUnavailableWarning
-    assert issubclass(user_warnings.ActivityUnavailableWarning, polyprof.errors.PolyprofWarning)
-    assert isinstance(log.get_logger("polyprof_plugin"), log.Logger)
+    assert polyprof.plugin.get_logger is log.get_logger
+    assert polyprof.plugin.ActivityUnavailableWarning is user_warnings.ActivityUnavailableWarning
+    assert issubclass(polyprof.plugin.ActivityUnavailableWarning, polyprof.plugin.PolyprofWarning)
+    assert isinstance(polyprof.plugin.get_logger("polyprof_plugin"), polyprof.plugin.Logger)
 
 
-# ----------------------------------------------------------- the GPU distributions
+# ------------------------------------------------------------------- the plugins
 
 
 def gpu_sources(*, tests: bool) -> Iterator[Path]:
@@ -92,6 +172,24 @@ def gpu_sources(*, tests: bool) -> Iterator[Path]:
         yield from sorted((ROOT / folder / package).rglob("*.py"))
         if tests:
             yield from sorted((ROOT / folder / "tests").rglob("*.py"))
+
+
+def builtin_sources() -> Iterator[Path]:
+    """The built-in plugins held to the contract: all but ``BUILTINS_OUTSIDE_THE_CONTRACT``."""
+    yield from (p for p in sorted(BUILTINS.glob("*.py")) if p.name not in BUILTINS_OUTSIDE_THE_CONTRACT)
+
+
+def example_sources(*, tests: bool) -> Iterator[Path]:
+    yield from sorted((EXAMPLE / "polyprof_example_exporter").glob("*.py"))
+    if tests:
+        yield from sorted((EXAMPLE / "tests").glob("*.py"))
+
+
+def plugin_sources() -> Iterator[Path]:
+    """Every plugin package held to the contract (not tests, which may also import ``polyprof.testing``)."""
+    yield from gpu_sources(tests=False)
+    yield from builtin_sources()
+    yield from example_sources(tests=False)
 
 
 def polyprof_imports(path: Path) -> Iterator[tuple[int, str, str | None]]:
@@ -111,30 +209,89 @@ def polyprof_imports(path: Path) -> Iterator[tuple[int, str, str | None]]:
                 yield node.lineno, node.module, alias.name
 
 
-def test_the_gpu_distributions_import_nothing_private_of_polyprof() -> None:
+def outside_the_contract(
+    path: Path, *, allowed_modules: frozenset[str] = frozenset(), tests: bool = False
+) -> list[str]:
+    """``path``'s imports of polyprof that are not ``polyprof.plugin`` (nor, in tests, ``polyprof.testing``).
+
+    Allowed: ``import polyprof.plugin``, ``from polyprof import plugin`` and ``from polyprof.plugin
+    import NAME`` for a contract name. ``import polyprof`` alone is not: a plugin uses nothing else of it.
+    """
+    modules = {CONTRACT_MODULE, TESTING_MODULE} if tests else {CONTRACT_MODULE}
+    outside = []
+    for line, module, name in polyprof_imports(path):
+        if module == CONTRACT_MODULE:
+            allowed = name is None or name in CONTRACT
+        elif module == "polyprof" and name is not None:
+            allowed = f"polyprof.{name}" in modules
+        else:
+            allowed = module in modules or module in allowed_modules
+        if not allowed:
+            where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            outside.append(f"{where}:{line}: {module}{'.' + name if name else ''}")
+    return outside
+
+
+def test_the_plugins_import_only_the_contract() -> None:
+    """polyprof-cuda, polyprof-xpu, the built-ins (but two) and the example exporter import it alone."""
+    outside = []
+    for path in plugin_sources():
+        outside += outside_the_contract(
+            path, allowed_modules=BUILTIN_CORE_IMPORTS.get(path.name, frozenset())
+        )
+    assert not outside, "imports outside polyprof.plugin (the guide's section 5):\n" + "\n".join(outside)
+
+
+def test_the_example_exporter_s_tests_use_the_contract_and_polyprof_testing_only() -> None:
+    """Third parties copy the example: its tests import ``polyprof.plugin`` and ``polyprof.testing`` only."""
+    outside = [
+        line for path in example_sources(tests=True) for line in outside_the_contract(path, tests=True)
+    ]
+    assert not outside, "\n".join(outside)
+
+
+def test_the_exemptions_name_what_exists() -> None:
+    """The built-ins left outside the contract exist, and each module exempted is still imported."""
+    for name in (*BUILTINS_OUTSIDE_THE_CONTRACT, *BUILTIN_CORE_IMPORTS):
+        assert (BUILTINS / name).is_file(), f"polyprof_builtins/{name} is gone: drop its exemption"
+    for name, modules in BUILTIN_CORE_IMPORTS.items():
+        imported = {module for _, module, _ in polyprof_imports(BUILTINS / name)}
+        assert modules <= imported, f"{name} no longer imports {sorted(modules - imported)}: drop them"
+    held = {path.name for path in builtin_sources()}
+    assert {"key_averages.py", "stacks.py", "itt_export.py", "parquet_trace.py"} <= held
+
+
+def test_the_scan_refuses_what_is_not_the_contract(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import polyprof\nimport polyprof.plugin\nfrom polyprof import plugin, testing\n"
+        "from polyprof.plugin import Exporter, _private, registry\nfrom polyprof.events import EventKind\n"
+    )
+    refused = [line.split(": ", 1)[1] for line in outside_the_contract(sample)]
+    assert refused == [
+        "polyprof",
+        "polyprof.testing",
+        "polyprof.plugin._private",
+        "polyprof.plugin.registry",
+        "polyprof.events.EventKind",
+    ]
+    assert [line.split(": ", 1)[1] for line in outside_the_contract(sample, tests=True)] == [
+        "polyprof",
+        "polyprof.plugin._private",
+        "polyprof.plugin.registry",
+        "polyprof.events.EventKind",
+    ]
+
+
+def test_the_plugins_import_nothing_private_of_polyprof() -> None:
     """Sources and tests: no ``polyprof._*`` module and no ``_name`` from any polyprof module."""
     private = []
-    for path in gpu_sources(tests=True):
+    for path in [*gpu_sources(tests=True), *builtin_sources(), *example_sources(tests=True)]:
         for line, module, name in polyprof_imports(path):
             parts = [*module.split("."), *([name] if name else [])]
             if any(part.startswith("_") for part in parts):
                 private.append(f"{path.relative_to(ROOT)}:{line}: {'.'.join(parts)}")
     assert not private, "private polyprof names imported:\n" + "\n".join(private)
-
-
-def test_the_gpu_distributions_import_only_the_contract() -> None:
-    """Their packages (not their tests, which may also check core internals) stay within section 5."""
-    outside = []
-    for path in gpu_sources(tests=False):
-        for line, module, name in polyprof_imports(path):
-            allowed = (
-                module in CONTRACT
-                if name is None
-                else (name in CONTRACT.get(module, ()) or f"{module}.{name}" in CONTRACT)
-            )
-            if not allowed:
-                outside.append(f"{path.relative_to(ROOT)}:{line}: {module}{'.' + name if name else ''}")
-    assert not outside, "imports outside the guide's contract (section 5):\n" + "\n".join(outside)
 
 
 def test_the_scan_sees_a_private_import(tmp_path: Path) -> None:
@@ -150,6 +307,32 @@ def test_the_scan_sees_a_private_import(tmp_path: Path) -> None:
         (3, "polyprof.session", "user_stacklevel"),
         (5, "polyprof.session", "_internal_frame"),
     ]
+
+
+def guide_code_blocks() -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", GUIDE.read_text(), re.MULTILINE | re.DOTALL)
+
+
+def test_every_code_sample_of_the_guide_imports_from_the_contract() -> None:
+    """Plugin code imports ``polyprof.plugin`` (tests also ``polyprof.testing``); a user's, ``polyprof``."""
+    blocks = guide_code_blocks()
+    assert len(blocks) >= 8
+    for number, block in enumerate(blocks, 1):
+        tree = ast.parse(textwrap.dedent(block), f"guide sample {number}")
+        imports = [
+            (node.module if isinstance(node, ast.ImportFrom) else alias.name)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for alias in node.names
+        ]
+        polyprof_modules = {m for m in imports if m and (m == "polyprof" or m.startswith("polyprof."))}
+        assert polyprof_modules <= {"polyprof", CONTRACT_MODULE, TESTING_MODULE}, (number, polyprof_modules)
+        if "hookimpl" in block:  # a plugin: everything from the contract, nothing through ``import polyprof``
+            assert "polyprof" not in polyprof_modules and "polyprof.hookimpl" not in block, block[:200]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == CONTRACT_MODULE:
+                unknown = {alias.name for alias in node.names} - CONTRACT
+                assert not unknown, f"guide sample {number} imports {sorted(unknown)}, not in the contract"
 
 
 @pytest.mark.parametrize("package", [package for _, package in GPU_DISTRIBUTIONS])
@@ -302,7 +485,7 @@ class ConfigRecordingTracer(FakeTracer):
         super().__init__()
         self.trace_ids: list[str] = []
 
-    def configure(self, config: polyprof.config.ProfileConfig) -> None:
+    def configure(self, config: ProfileConfig) -> None:
         super().configure(config)
         self.trace_ids.append(config.trace_id)
 

@@ -21,18 +21,18 @@ import polyprof
 import polyprof.config
 import polyprof.legacy
 import polyprof.plugin_discovery
+from polyprof import activity_resolution
 from polyprof.activity import ProfilerActivity
 from polyprof.cli import main
-from polyprof.registry import (
+from polyprof.plugin_calls import PluginFailureWarning
+from polyprof.plugin_discovery import (
     ALLOW_LIST_ENV,
     BUILTIN_PLUGINS,
     DISABLE_AUTOLOAD_ENV,
-    TRACE_ENV,
-    PluginFailureWarning,
     PluginSelectionError,
-    make_plugin_manager,
 )
-from polyprof.session import ActivityUnavailableWarning
+from polyprof.registry import TRACE_ENV, make_plugin_manager
+from polyprof.user_warnings import ActivityUnavailableWarning
 
 torch = pytest.importorskip("torch")
 
@@ -301,7 +301,7 @@ def test_two_distributions_with_one_name_fail_closed_and_both_show(installed, ca
     assert "pp_faults_squatter" not in sys.modules and "pp_faults_real_cuda" not in sys.modules
     # A request for CUDA says why, rather than handing it to whichever sorted first.
     with pytest.raises(polyprof.ActivityUnavailableError, match="blocked: conflict"):
-        pm.check_activities([ProfilerActivity.CUDA])
+        activity_resolution.check_activities(pm.plugin_infos(), [ProfilerActivity.CUDA])
 
     assert main(["plugins"]) == 0
     table = capsys.readouterr().out

@@ -321,8 +321,8 @@ def test_unavailable_activity_warning_points_at_the_users_line() -> None:
     from polyprof import legacy
     from polyprof.components import Capabilities
     from polyprof.hookspecs import hookimpl
-    from polyprof.session import ActivityUnavailableWarning
     from polyprof.testing import make_plugin_manager_for_tests
+    from polyprof.user_warnings import ActivityUnavailableWarning
 
     class NoDevicePlugin:
         @hookimpl

@@ -28,8 +28,8 @@ pytest.importorskip("duckdb")
 
 from polyprof import rank_analysis
 from polyprof.cli import main as cli_main
-from polyprof.cli_report import terminal_safe
 from polyprof.columnar import write_parquet_trace
+from polyprof.terminal import terminal_safe
 from test_rank_report import synthetic_rank, write_json
 
 CORE = Path(__file__).resolve().parents[1] / "core"
@@ -517,7 +517,7 @@ def test_a_second_ctrl_c_while_the_worker_stops_leaves_no_rank_running() -> None
 def test_an_unreachable_ray_address_is_said_before_any_trace_is_converted(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    from polyprof import cli_rank_report
+    from polyprof import ranks
 
     run = tmp_path / "run"
     write_json(run / "r0.json", synthetic_rank(0, 1, [100.0]))
@@ -525,7 +525,7 @@ def test_an_unreachable_ray_address_is_said_before_any_trace_is_converted(
     def converted(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the traces were read before the address was checked")
 
-    monkeypatch.setattr(cli_rank_report, "collect_rank_set", converted)
+    monkeypatch.setattr(ranks, "collect_rank_set", converted)
     address = f"127.0.0.1:{closed_port()}"
     assert cli_main(["report", str(run), "--engine", "ray", "--ray-address", address]) == 2
     assert f"no Ray cluster answers at --ray-address {address}" in capsys.readouterr().err

@@ -19,24 +19,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import polyprof
+from polyprof import activity_resolution
 from polyprof.activity import ProfilerActivity
-from polyprof.components import Aggregator, Capabilities, Exporter, Subscriber
+from polyprof.averages import Aggregator
+from polyprof.components import Capabilities, Exporter, Subscriber
 from polyprof.config import ProfileConfig
 from polyprof.errors import ActivityUnavailableError, PluginLoadError, PluginUnavailable, PolyprofWarning
-from polyprof.registry import (
+from polyprof.plugin_calls import PluginCallError
+from polyprof.plugin_discovery import (
     ALLOW_LIST_ENV,
     BUILTIN_PLUGINS,
     DISABLE_AUTOLOAD_ENV,
-    TRACE_ENV,
-    PluginCallError,
-    PluginInfo,
-    PolyprofPluginManager,
-    UnknownExporterError,
     discover_entry_points,
     env_flag,
-    make_plugin_manager,
     parse_allow_list,
 )
+from polyprof.plugin_info import PluginInfo
+from polyprof.registry import TRACE_ENV, PolyprofPluginManager, UnknownExporterError, make_plugin_manager
 from polyprof.testing import (
     ComponentPlugin,
     FakeTracer,
@@ -395,34 +394,34 @@ def test_activity_needs_its_distribution(installed):
     installed()
     pm = make_plugin_manager_for_tests()
     with pytest.raises(ActivityUnavailableError) as err:
-        pm.check_activities([ProfilerActivity.CUDA])
+        activity_resolution.check_activities(pm.plugin_infos(), [ProfilerActivity.CUDA])
     assert str(err.value) == "ProfilerActivity.CUDA needs the polyprof-cuda plugin: pip install polyprof-cuda"
     with pytest.raises(
         ActivityUnavailableError, match="needs the polyprof-xpu plugin: pip install polyprof-xpu"
     ):
-        pm.check_activities(["xpu"])
+        activity_resolution.check_activities(pm.plugin_infos(), ["xpu"])
     with pytest.raises(ActivityUnavailableError, match="HPU: no installed polyprof plugin provides it"):
-        pm.check_activities([ProfilerActivity.HPU])
+        activity_resolution.check_activities(pm.plugin_infos(), [ProfilerActivity.HPU])
     assert isinstance(err.value, ValueError)
     with pytest.raises(ValueError, match="valid activities are"):
-        pm.check_activities(["tpu"])
+        activity_resolution.check_activities(pm.plugin_infos(), ["tpu"])
 
 
 def test_torch_activities_are_understood(installed):
     torch_profiler = pytest.importorskip("torch.profiler")
     installed()
     pm = make_plugin_manager_for_tests(ComponentPlugin(tracers=[FakeTracer(activities=["cpu"])]))
-    providers = pm.check_activities([torch_profiler.ProfilerActivity.CPU])
+    providers = activity_resolution.check_activities(pm.plugin_infos(), [torch_profiler.ProfilerActivity.CPU])
     assert providers[ProfilerActivity.CPU].name == "components"
     with pytest.raises(ActivityUnavailableError, match="polyprof-cuda"):
-        pm.check_activities([torch_profiler.ProfilerActivity.CUDA])
+        activity_resolution.check_activities(pm.plugin_infos(), [torch_profiler.ProfilerActivity.CUDA])
 
 
 def test_installed_but_unavailable_plugin_gives_its_reason(installed):
     installed(CUDA)
     pm = make_plugin_manager(builtins=False)
     with pytest.raises(ActivityUnavailableError) as err:
-        pm.check_activities([ProfilerActivity.CUDA])
+        activity_resolution.check_activities(pm.plugin_infos(), [ProfilerActivity.CUDA])
     assert str(err.value) == (
         "ProfilerActivity.CUDA comes from the polyprof_cuda plugin 'cuda', which is installed but "
         "unavailable here: no CUDA driver found"
@@ -441,11 +440,11 @@ def test_unavailable_by_capabilities_is_reported_and_unregistered(installed):
     assert info.status == "unavailable" and info.reason == "no XPU device"
     assert info.capabilities.activities == {ProfilerActivity.XPU}
     assert pm.get_plugin("fakegpu") is None
-    assert pm.provider_of("xpu") is None
+    assert activity_resolution.provider_of(pm.plugin_infos(), "xpu") is None
     with pytest.raises(
         ActivityUnavailableError, match="'fakegpu', which is installed but unavailable here: no XPU"
     ):
-        pm.check_activities(["xpu"])
+        activity_resolution.check_activities(pm.plugin_infos(), ["xpu"])
 
 
 class RaisingCapabilities:
@@ -477,7 +476,7 @@ def test_capabilities_outcomes():
     assert infos["badact"].status == "failed" and "valid activities are" in infos["badact"].reason
     # String activities are normalised to ProfilerActivity.
     assert infos["fine"].capabilities.activities == {ProfilerActivity.CPU}
-    assert pm.supported_activities() == {ProfilerActivity.CPU}
+    assert activity_resolution.supported_activities(pm.plugin_infos()) == {ProfilerActivity.CPU}
     assert sorted(name for name, _ in pm.list_name_plugin() if _ is not None) == ["fine"]
 
 
@@ -610,12 +609,14 @@ def test_plugin_unavailable_from_a_hook_skips_the_plugin():
 def test_make_tracers_checks_duplicates_and_coverage():
     cpu = FakeTracer(name="cpu_a")
     pm = make_plugin_manager_for_tests(ComponentPlugin(tracers=[cpu]))
-    assert pm.make_tracers(CONFIG) == [cpu]
+    assert activity_resolution.make_tracers(pm, CONFIG).tracers == (cpu,)
 
     both = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.CUDA})
     with pytest.raises(ActivityUnavailableError, match="CUDA needs the polyprof-cuda plugin"):
-        pm.make_tracers(both)
-    assert pm.make_tracers(both, require_all=False) == [cpu]
+        activity_resolution.make_tracers(pm, both)
+    # The registry only builds and type-checks them; the resolver checks coverage and claims.
+    assert pm.make_tracers(both) == [cpu]
+    assert pm.tracers_by_plugin(both) == [("components", cpu)]
 
     twice = make_plugin_manager_for_tests(
         ("a", ComponentPlugin(tracers=[FakeTracer(name="cpu_a")])),
@@ -624,13 +625,15 @@ def test_make_tracers_checks_duplicates_and_coverage():
     with pytest.raises(
         PluginCallError, match=r"CPU is claimed by tracer 'cpu_b' of plugin 'b' and by tracer 'cpu_a'"
     ):
-        twice.make_tracers(CONFIG)
+        activity_resolution.make_tracers(twice, CONFIG)
     same_name = make_plugin_manager_for_tests(
         ("a", ComponentPlugin(tracers=[FakeTracer(name="t", activities=["cpu"])])),
         ("b", ComponentPlugin(tracers=[FakeTracer(name="t", activities=["cuda"])])),
     )
     with pytest.raises(PluginCallError, match="both returned a tracer named 't'"):
-        same_name.make_tracers(ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.CUDA}))
+        activity_resolution.make_tracers(
+            same_name, ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.CUDA})
+        )
 
 
 class NamedAggregator(Aggregator):

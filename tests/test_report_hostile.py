@@ -28,8 +28,9 @@ from hypothesis import strategies as st
 
 from hypothesis_budget import examples
 from polyprof.chrome_reader import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, read_chrome_trace
-from polyprof.cli_report import EXIT_BAD_INPUT, terminal_safe
+from polyprof.cli_report import EXIT_BAD_INPUT
 from polyprof.kineto_format import encode_args
+from polyprof.terminal import terminal_safe
 from report_cli import CliResult, report_runner
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -21,10 +21,11 @@ import numpy as np
 import pytest
 
 from polyprof.activity import ProfilerActivity as PA
-from polyprof.averages import KeyAveragesSummary, summarize
-from polyprof.components import Aggregator
+from polyprof.averages import Aggregator, KeyAveragesSummary, summarize
 from polyprof.config import ProfileConfig
-from polyprof.results import EventList, FunctionEvent, FunctionEventAvg, ProfileResults
+from polyprof.event_list import EventList
+from polyprof.function_events import FunctionEvent, FunctionEventAvg
+from polyprof.results import ProfileResults
 from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
 from polyprof.torch_support import installed
 from polyprof.trace import Trace

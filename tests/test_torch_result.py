@@ -17,13 +17,14 @@ import numpy as np
 import pytest
 
 import polyprof
+from polyprof import activity_resolution
 from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
 from polyprof.events import DeviceType, EventBatch, EventKind
 from polyprof.hookspecs import hookimpl
-from polyprof.registry import PluginCallError
+from polyprof.plugin_calls import PluginCallError
 from polyprof.testing import (
     KinetoEventStandIn,
     KinetoEventStandIn211,
@@ -132,7 +133,7 @@ def test_a_bad_answer_names_the_plugin_and_the_valid_names(answer: Any, message:
     pm = make_plugin_manager_for_tests(("fake_device", _DevicePlugin(answer)), builtins=True)
     config = ProfileConfig(activities={ProfilerActivity.CUDA})
     with pytest.raises(PluginCallError, match=message) as info:
-        pm.torch_collector_activities(config)
+        activity_resolution.collector_activities(pm, config)
     assert "fake_device" in str(info.value)
 
 

@@ -304,14 +304,14 @@ def test_a_parquet_trace_whose_ts_is_text_is_skipped_with_the_reason(
 SLOW_COMMAND = textwrap.dedent(
     """
     import sys, time
-    import polyprof.cli_merge, polyprof.cli_rank_report
+    import polyprof.cli_merge, polyprof.ranks
     from polyprof.cli import main
 
     def slow(*args, **kwargs):  # the traces are converted into the temporary folder by now
         print("converted", flush=True)
         time.sleep(120)
 
-    polyprof.cli_rank_report.rank_rows = slow
+    polyprof.ranks.rank_rows = slow
     polyprof.cli_merge.merge_rank_set = slow
     raise SystemExit(main(sys.argv[1:]))
     """

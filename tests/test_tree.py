@@ -653,13 +653,27 @@ def test_profiler_step_names_fold_in_key_but_not_in_trace_name() -> None:
 
 
 def _op(name: str, start: int, dur: int, corr: int, **more: Any) -> dict[str, Any]:
-    return {"name": name, "kind": EventKind.CPU_OP, "start_ns": start, "dur_ns": dur, "thread": 1,
-            "correlation_id": corr, **more}
+    return {
+        "name": name,
+        "kind": EventKind.CPU_OP,
+        "start_ns": start,
+        "dur_ns": dur,
+        "thread": 1,
+        "correlation_id": corr,
+        **more,
+    }
 
 
 def _kernel(start: int, dur: int, linked: int, device_type: int = 1) -> dict[str, Any]:
-    return {"name": "gemm", "kind": EventKind.KERNEL, "start_ns": start, "dur_ns": dur, "thread": 50,
-            "device_type": device_type, "linked_correlation_id": linked}
+    return {
+        "name": "gemm",
+        "kind": EventKind.KERNEL,
+        "start_ns": start,
+        "dur_ns": dur,
+        "thread": 50,
+        "device_type": device_type,
+        "linked_correlation_id": linked,
+    }
 
 
 @pytest.mark.parametrize(
@@ -678,10 +692,22 @@ def _kernel(start: int, dur: int, linked: int, device_type: int = 1) -> dict[str
         (10, dict(memory_window_through_us=True, overhead_launches_nothing=False)),
         (11, dict(memory_window_through_us=False, key_averages_skips_python_functions=False)),
         (13, dict(overhead_launches_nothing=False, launcher_needs_external_id=False)),
-        (14, dict(overhead_launches_nothing=True, launcher_needs_external_id=False,
-                  key_averages_skips_python_functions=True)),
-        (15, dict(overhead_launches_nothing=False, launcher_needs_external_id=True,
-                  key_averages_skips_python_functions=True)),
+        (
+            14,
+            dict(
+                overhead_launches_nothing=True,
+                launcher_needs_external_id=False,
+                key_averages_skips_python_functions=True,
+            ),
+        ),
+        (
+            15,
+            dict(
+                overhead_launches_nothing=False,
+                launcher_needs_external_id=True,
+                key_averages_skips_python_functions=True,
+            ),
+        ),
         (16, dict(overhead_launches_nothing=False, launcher_needs_external_id=True)),
     ],
 )
@@ -733,8 +759,11 @@ def test_rules_must_be_rules() -> None:
 
 
 @settings(max_examples=examples(300), deadline=None)
-@given(st.one_of(st.integers(0, 10**7), st.integers(TRACE_START - 10**12, TRACE_START + 10**12),
-                 st.integers(0, 2**62)))
+@given(
+    st.one_of(
+        st.integers(0, 10**7), st.integers(TRACE_START - 10**12, TRACE_START + 10**12), st.integers(0, 2**62)
+    )
+)
 def test_through_us_is_pythons_float_round_trip(ns: int) -> None:
     ours = _through_us(np.array([ns], dtype=np.int64))
     assert float(ours[0]) == ns / 1000 * 1000
@@ -753,16 +782,23 @@ def test_memory_window_is_rounded_through_microseconds_before_2_11() -> None:
     assert rounded.cpu_memory_usage.tolist() == [64]
     assert [exact.keys[k] for k in exact.key] == ["[memory]", "aten::empty"]
     assert exact.cpu_memory_usage.tolist() == [64, 0]  # a top-level [memory] row of its own
-    assert our_tree(specs, None).cpu_memory_usage.tolist() == (
-        rounded if RULES.memory_window_through_us else exact
-    ).cpu_memory_usage.tolist()
+    assert (
+        our_tree(specs, None).cpu_memory_usage.tolist()
+        == (rounded if RULES.memory_window_through_us else exact).cpu_memory_usage.tolist()
+    )
 
 
 def test_xpu_memory_counts_as_device_memory_from_2_8() -> None:
     specs = [
         _op("aten::empty", 0, 1000, 1),
-        {"name": "[memory]", "kind": EventKind.MEMORY, "start_ns": 10, "thread": 1, "nbytes": 512,
-         "device_type": int(DeviceType.XPU)},
+        {
+            "name": "[memory]",
+            "kind": EventKind.MEMORY,
+            "start_ns": 10,
+            "thread": 1,
+            "nbytes": 512,
+            "device_type": int(DeviceType.XPU),
+        },
     ]
     assert_same_as_torch(our_tree(specs, "xpu"), torch_events(specs, "xpu"))
     assert our_tree(specs, "xpu", PostProcessingRules.for_torch(2, 7)).device_memory_usage.tolist() == [0]
@@ -774,8 +810,15 @@ def test_which_rows_launch_device_work_follows_each_release() -> None:
     specs = [
         dict(_op("aten::mm", 0, 100, 1), external_id=1),
         dict(_op("aten::add", 200, 100, 2), external_id=0),
-        {"name": "Activity Buffer Request", "kind": EventKind.OVERHEAD, "start_ns": 400, "dur_ns": 50,
-         "thread": 1, "correlation_id": 3, "external_id": 3},
+        {
+            "name": "Activity Buffer Request",
+            "kind": EventKind.OVERHEAD,
+            "start_ns": 400,
+            "dur_ns": 50,
+            "thread": 1,
+            "correlation_id": 3,
+            "external_id": 3,
+        },
         dict(_kernel(1000, 7, 1), external_id=1),
         dict(_kernel(1100, 8, 2), external_id=2),
         dict(_kernel(1200, 9, 3), external_id=3),

@@ -250,11 +250,7 @@ SPELLINGS = {
 
 
 def _legacy_shim() -> Any:
-    from polyprof.shim_classes import legacy_profile_class
-
-    cls = legacy_profile_class()
-    assert cls is not None
-    return cls
+    return shim.LegacyProfile
 
 
 def _autograd_use_cuda(pm: Any) -> Any:

@@ -8,6 +8,7 @@ entry-point group. ``import polyprof`` does not import torch.
 
 # itt: torch.profiler.itt's API; legacy: polyprof.legacy.profile, the IPEX legacy API.
 from polyprof import itt, legacy
+from polyprof._version import __version__
 from polyprof.activity import ProfilerActivity
 from polyprof.errors import ActivityUnavailableError, PluginUnavailable, PolyprofError
 from polyprof.hookspecs import hookimpl, hookspec
@@ -15,8 +16,6 @@ from polyprof.itt import emit_itt
 from polyprof.profiler import profile, tensorboard_trace_handler
 from polyprof.record import record_function
 from polyprof.schedule import ProfilerAction, schedule
-
-__version__ = "0.2.0"
 
 
 def __getattr__(name: str):
@@ -30,13 +29,13 @@ def __getattr__(name: str):
 
 def supported_activities() -> set[ProfilerActivity]:
     """Activities that installed, usable plugins can record here (torch's function of the same name)."""
-    from polyprof import torch_support
+    from polyprof import activity_resolution, torch_support
     from polyprof.registry import shared_plugin_manager
 
     torch_support.import_installed()  # as torch's own function does: the plugins ask torch itself
     pm = shared_plugin_manager()
     pm.refresh_capabilities()  # what each plugin can do now, as torch's function answers now
-    return set(pm.supported_activities())
+    return set(activity_resolution.supported_activities(pm.plugin_infos()))
 
 
 __all__ = [

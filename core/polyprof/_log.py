@@ -1,11 +1,6 @@
-"""The old name of ``polyprof.log``, kept importable for plugins written against it.
+"""The old name of ``polyprof.log``: ``get_logger`` is read from here with a deprecation warning
+until polyprof 0.3.0 (``polyprof._compat``)."""
 
-Plugins import ``get_logger`` from ``polyprof.log`` (docs/plugin-author-guide.md,
-"The plugin contract"); polyprof's own modules may still import it from here.
-"""
+from polyprof import _compat
 
-from __future__ import annotations
-
-from polyprof.log import get_logger
-
-__all__ = ["get_logger"]
+__getattr__ = _compat.moved_names(__name__)

@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from polyprof._log import get_logger
+from polyprof.log import get_logger
 
 log = get_logger(__name__)
 

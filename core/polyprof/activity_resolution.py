@@ -10,45 +10,54 @@ Three steps, each with the errors and warnings users see:
    ``ActivityUnavailableError`` naming the distribution to install
    (``explain_missing_activity``).
 2. ``make_tracers``: what plugins ask torch's collector to record
-   (``polyprof_torch_collector_activities``), then the tracers
-   (``polyprof_make_tracers``), each plugin isolated: one that fails is
-   skipped and recorded as a ``HookFailure``.
+   (``polyprof_torch_collector_activities``, each answer checked), then the
+   tracers (``polyprof_make_tracers``), each plugin isolated: one that fails
+   is skipped and recorded as a ``HookFailure``. Two tracers that claim one
+   activity or one name are a ``PluginCallError``; a requested activity left
+   without a tracer, its plugin not failed, an ``ActivityUnavailableError``.
 3. ``activities_with_tracers``: the final set, the activities some tracer
    covers; an activity whose plugin failed to make its tracer warns and is
    dropped.
 
 ``polyprof.session.Session.create`` runs the three; ``polyprof run`` runs the
 first before the script starts, so a bad ``--activities`` fails early. The
-plugin manager's ``provider_of``, ``supported_activities``,
-``check_activities`` and ``explain_missing_activity`` answer from here.
+plugin manager is asked only through the public calls ``Plugins`` lists (its
+plugins' records, a hook called plugin by plugin, the tracers it type-checked);
+it never calls back here for a policy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from polyprof.activity import DISTRIBUTION_FOR_ACTIVITY, ProfilerActivity, coerce_activity
+from polyprof.activity import (
+    DISTRIBUTION_FOR_ACTIVITY,
+    TORCH_COLLECTOR_ACTIVITY_NAMES,
+    ProfilerActivity,
+    coerce_activity,
+)
 from polyprof.errors import ActivityUnavailableError
 from polyprof.plugin_calls import HookFailure, PluginCallError
-from polyprof.plugin_discovery import canonical_name
+from polyprof.plugin_discovery import ALLOW_LIST_ENV, canonical_name
 from polyprof.plugin_info import PluginInfo
-from polyprof.torch_result import TORCH_COLLECTOR_ACTIVITY_NAMES
 from polyprof.user_warnings import warn_activity_unavailable
 
 if TYPE_CHECKING:
     from polyprof.components import Tracer
     from polyprof.config import ProfileConfig
-    from polyprof.registry import PolyprofPluginManager
 
 __all__ = [
+    "Plugins",
     "TracersMade",
     "activities_with_tracers",
     "check_activities",
     "check_collector_answer",
+    "check_tracer_claims",
     "check_tracers_cover",
+    "collector_activities",
     "explain_missing_activity",
     "make_tracers",
     "provider_of",
@@ -57,7 +66,36 @@ __all__ = [
     "unavailable_provider",
 ]
 
+_COLLECTOR_ACTIVITIES = "polyprof_torch_collector_activities"
 _MAKE_TRACERS = "polyprof_make_tracers"
+
+
+class Plugins(Protocol):
+    """What the resolver asks of the plugin manager (``polyprof.registry.PolyprofPluginManager`` answers)."""
+
+    def plugin_infos(self) -> tuple[PluginInfo, ...]:
+        """Every plugin seen, in load order, whatever its status."""
+        ...
+
+    def hook_failures(self) -> tuple[HookFailure, ...]:
+        """Hook implementations that failed and were skipped, oldest first."""
+        ...
+
+    def iter_each(
+        self, hook_name: str, *, isolate_errors: bool = False, **kwargs: Any
+    ) -> Iterator[tuple[str, Any]]:
+        """``(plugin, result)`` for each plugin, each called when the iteration reaches it."""
+        ...
+
+    def record_hook_failure(self, plugin: str, hook: str, exc: BaseException) -> None:
+        """Log and keep the failure of ``plugin`` in ``hook`` (in ``hook_failures``)."""
+        ...
+
+    def tracers_by_plugin(
+        self, config: ProfileConfig, *, isolate_errors: bool = False
+    ) -> list[tuple[str, Tracer]]:
+        """``(plugin, tracer)`` for every tracer the plugins made, type-checked, in pluggy's order."""
+        ...
 
 
 # ------------------------------------------------------------- who provides what
@@ -142,7 +180,7 @@ def check_activities(
 
 
 def resolve_activities(
-    pm: PolyprofPluginManager, requested: frozenset[ProfilerActivity] | None
+    pm: Plugins, requested: frozenset[ProfilerActivity] | None
 ) -> frozenset[ProfilerActivity]:
     """The activities to record: each must have a plugin; installed-but-unusable ones warn and drop.
 
@@ -239,14 +277,78 @@ class TracersMade:
     failures: tuple[HookFailure, ...]
 
 
-def make_tracers(pm: PolyprofPluginManager, config: ProfileConfig) -> TracersMade:
-    """Ask torch's collector for what plugins need, then make the tracers, each plugin isolated."""
+def collector_activities(
+    pm: Plugins, config: ProfileConfig, *, isolate_errors: bool = False
+) -> frozenset[str]:
+    """The union of the activities plugins ask torch's collector to record.
+
+    From ``polyprof_torch_collector_activities``, once per session.
+
+    :raises PluginCallError: an answer that is not a collection of
+        ``torch.profiler.ProfilerActivity`` member names; with ``isolate_errors``
+        that plugin's answer (or exception) is skipped and recorded instead.
+    """
+    names: set[str] = set()
+    # Each answer is checked as it comes (iter_each, not call_each): a bad one stops the call before
+    # the next plugin is asked, as an exception would, and failures are kept in call order.
+    for plugin, answer in pm.iter_each(_COLLECTOR_ACTIVITIES, isolate_errors=isolate_errors, config=config):
+        try:
+            names.update(check_collector_answer(plugin, answer))
+        except PluginCallError as exc:
+            if not isolate_errors:
+                raise
+            pm.record_hook_failure(plugin, _COLLECTOR_ACTIVITIES, exc)
+    return frozenset(names)
+
+
+def check_tracer_claims(made: Iterable[tuple[str, Tracer]]) -> dict[ProfilerActivity, Tracer]:
+    """Each tracer name and each activity claimed once; returns the tracer of each activity.
+
+    ``made``: ``(plugin, tracer)`` pairs, as ``Plugins.tracers_by_plugin`` gives them.
+
+    :raises PluginCallError: two tracers with one name, or two tracers claiming one activity.
+    """
+    by_activity: dict[ProfilerActivity, tuple[str, Tracer]] = {}
+    by_name: dict[str, str] = {}
+    for plugin, tracer in made:
+        if tracer.name in by_name:
+            raise PluginCallError(
+                f"plugins {by_name[tracer.name]!r} and {plugin!r} both returned a tracer named "
+                f"{tracer.name!r}; tracer names must be unique per session"
+            )
+        by_name[tracer.name] = plugin
+        for activity in tracer.activities:
+            activity = coerce_activity(activity)
+            if activity in by_activity:
+                other_plugin, other = by_activity[activity]
+                raise PluginCallError(
+                    f"ProfilerActivity.{activity.name} is claimed by tracer {other.name!r} of plugin "
+                    f"{other_plugin!r} and by tracer {tracer.name!r} of plugin {plugin!r}; "
+                    f"uninstall one or leave it out with {ALLOW_LIST_ENV}"
+                )
+            by_activity[activity] = (plugin, tracer)
+    return {activity: tracer for activity, (_, tracer) in by_activity.items()}
+
+
+def make_tracers(pm: Plugins, config: ProfileConfig) -> TracersMade:
+    """Ask torch's collector for what plugins need, then make the tracers, each plugin isolated.
+
+    :raises PluginCallError: two tracers claim one activity or one name (``check_tracer_claims``).
+    :raises ActivityUnavailableError: a requested activity has no tracer, and its plugin did not
+        fail (``check_tracers_cover``).
+    """
     seen = len(pm.hook_failures())
-    torch_activities = pm.torch_collector_activities(config, isolate_errors=True)
+    torch_activities = collector_activities(pm, config, isolate_errors=True)
     if torch_activities:
         config = attrs.evolve(config, torch_activities=torch_activities)
-    tracers = pm.make_tracers(config, isolate_errors=True)
-    return TracersMade(config=config, tracers=tuple(tracers), failures=pm.hook_failures()[seen:])
+    before_tracers = len(pm.hook_failures())
+    made = pm.tracers_by_plugin(config, isolate_errors=True)
+    covered = check_tracer_claims(made)
+    failed = {f.plugin for f in pm.hook_failures()[before_tracers:]}
+    check_tracers_cover(pm.plugin_infos(), config.activities, covered, failed)
+    return TracersMade(
+        config=config, tracers=tuple(tracer for _, tracer in made), failures=pm.hook_failures()[seen:]
+    )
 
 
 # ----------------------------------------------------------- step 3: final set

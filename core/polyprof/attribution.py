@@ -36,8 +36,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from polyprof._log import get_logger
 from polyprof.events import API_CALL_KINDS, HOST_KINDS, DeviceType, EventBatch, EventKind, kind_codes
+from polyprof.log import get_logger
 
 log = get_logger(__name__)
 

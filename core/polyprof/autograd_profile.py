@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from polyprof import frontend_results
-from polyprof._log import get_logger
-from polyprof.activity import ProfilerActivity, coerce_activity
+from polyprof.activity import DEVICES, ProfilerActivity, coerce_activity
 from polyprof.errors import PolyprofError, PolyprofWarning
+from polyprof.log import get_logger
 from polyprof.profiler import NoActivitiesError, warn_torch_deprecations
 from polyprof.profiler import profile as _polyprof_profile
 from polyprof.recording import RecordOnce
@@ -42,13 +42,13 @@ log = get_logger(__name__)
 
 __all__ = ["AutogradProfile", "KinetoRequiredError"]
 
-#: ``use_device`` values torch accepts and the activity each records.
+#: ``use_device`` values torch accepts and the activity each records (``polyprof.activity.DEVICES``,
+#: ``autograd_use_device``); PrivateUse1 is asked of torch under its backend's name.
 DEVICE_ACTIVITY: Mapping[str, ProfilerActivity] = {
-    "cuda": ProfilerActivity.CUDA,
-    "xpu": ProfilerActivity.XPU,
-    "mtia": ProfilerActivity.MTIA,
-    "hpu": ProfilerActivity.HPU,
+    d.use_device: d.activity for d in DEVICES if d.autograd_use_device
 }
+#: torch's name of the PrivateUse1 backend until one renames it: its ``use_device`` ("privateuseone").
+_PRIVATEUSE1_DEFAULT_NAME = next(d.use_device for d in DEVICES if d.activity is ProfilerActivity.PrivateUse1)
 
 
 def _privateuse1_backend_name() -> str | None:
@@ -58,7 +58,7 @@ def _privateuse1_backend_name() -> str | None:
     except ImportError:
         return None
     name = torch._C._get_privateuse1_backend_name()
-    return None if name == "privateuseone" else name
+    return None if name == _PRIVATEUSE1_DEFAULT_NAME else name
 
 
 class KinetoRequiredError(PolyprofError, ValueError, AssertionError):

@@ -12,13 +12,15 @@ float matches. Integer sums (memory, FLOPs) are exact int64 sums. From torch
 
 The result is a columnar ``KeyAveragesSummary``: what the built-in
 ``key_averages`` aggregator (``polyprof_builtins.key_averages``, an adapter
-over this function) returns, and what ``polyprof.results`` turns into torch's
-list of ``FunctionEventAvg`` for every ``key_averages()`` table.
+over this function) returns, and what ``polyprof.event_list.average_by_key``
+turns into torch's list of ``FunctionEventAvg`` for every ``key_averages()``
+table. The component that returns it, ``Aggregator``, is defined here too.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import abc
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
@@ -26,7 +28,13 @@ import numpy as np
 from polyprof.events import EventKind
 from polyprof.tree import EventTree, post_processing_rules
 
-__all__ = ["KEY_AVERAGES", "KeyAveragesSummary", "summarize"]
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from polyprof.function_events import FunctionEventAvg
+    from polyprof.trace import Trace
+
+__all__ = ["KEY_AVERAGES", "Aggregator", "KeyAveragesSummary", "summarize"]
 
 #: The name of the aggregator that answers ``key_averages()`` (a plugin may replace the built-in one).
 KEY_AVERAGES = "key_averages"
@@ -46,7 +54,7 @@ class KeyAveragesSummary:
     sum column holds, per group, the sum over its rows, added as torch's
     ``FunctionEventAvg.add`` adds. The descriptive fields of a group (shapes,
     overload, stack, device type) are those of its first row. An aggregator
-    named ``key_averages`` may return one (``polyprof.components.Aggregator``).
+    named ``key_averages`` may return one (``Aggregator``).
     """
 
     #: The tree whose rows were summarised (the one the aggregator was given).
@@ -77,6 +85,42 @@ class KeyAveragesSummary:
     def keys(self) -> list[str]:
         """Each group's key."""
         return [self.tree.keys[k] for k in self.tree.key[self.first_row].tolist()]
+
+
+class Aggregator(abc.ABC):
+    """Summarises a finished recording's events (``key_averages`` is the built-in one).
+
+    The session's aggregator named ``key_averages`` answers every
+    ``key_averages()`` table: ``prof.key_averages()``,
+    ``prof.events().key_averages()`` (and that of any list of the recording's
+    events), the legacy profile's and the autograd shim's. Called on the thread
+    that asks for the table, once per table; must not change what it is given.
+    Made by the ``polyprof_make_aggregators`` hook.
+    """
+
+    name: str = "aggregator"
+
+    @abc.abstractmethod
+    def aggregate(
+        self, trace: Trace, *, tree: EventTree, rows: np.ndarray, **options: Any
+    ) -> KeyAveragesSummary | Sequence[FunctionEventAvg]:
+        """Summarise ``rows`` of ``tree``.
+
+        :param trace: the recording (several ``acc_events`` cycles come as one
+            ``polyprof.tree.MergedTrace``): configuration, metadata, raw events.
+        :param tree: the recording's events with torch's semantics (parents, self
+            times, device time for ``tree.use_device``), as ``prof.events()`` lists them.
+        :param rows: read-only int64 indices into ``tree``: the events to summarise,
+            in the order their groups are first seen.
+        :param options: for ``key_averages``, always ``group_by_input_shape`` (bool),
+            ``group_by_stack_n`` (int >= 0), ``group_by_overload_name`` (bool) and
+            ``include_python_functions`` (bool, resolved for the installed torch).
+        :returns: for ``key_averages``, a ``polyprof.averages.KeyAveragesSummary`` of
+            ``tree`` (``polyprof.averages.summarize`` makes one; polyprof turns it into
+            ``FunctionEventAvg`` rows) or a sequence of
+            ``polyprof.function_events.FunctionEventAvg``, one per group; anything else
+            is a ``TypeError`` naming the aggregator.
+        """
 
 
 def _codes_of_table(table: tuple, column: np.ndarray, as_key: Any, empty: Any) -> np.ndarray:

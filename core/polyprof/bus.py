@@ -64,10 +64,11 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 import attrs
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from polyprof._log import get_logger
 from polyprof.components import Subscriber, Tracer
 from polyprof.events import EventBatch
+from polyprof.log import get_logger
 
 __all__ = ["BusStatistics", "EventBus", "Sink"]
 
@@ -308,8 +309,8 @@ class _SubscriberLink:
     subscriber: Subscriber
     key: str
     capacity: int
-    send: Any  # MemoryObjectSendStream[EventBatch | _FlushMarker]
-    receive: Any  # MemoryObjectReceiveStream[EventBatch | _FlushMarker]
+    send: MemoryObjectSendStream[EventBatch | _FlushMarker]
+    receive: MemoryObjectReceiveStream[EventBatch | _FlushMarker]
     limiter: anyio.CapacityLimiter
     scope: anyio.CancelScope
     finished: anyio.Event
@@ -595,6 +596,8 @@ class _BusEngine:
         # on its own (a daemon thread), as is one blocked in a decode.
         deadline = time.monotonic() + self.stop_timeout_s
         portal, thread, supervisor = self._portal, self.loop_thread, self._supervisor
+        # close() shuts down only a "running" bus, and start() set the supervisor before that state.
+        assert supervisor is not None
         try:
             portal.start_task_soon(self._cancel_everything)
             supervisor.result(timeout=self.stop_timeout_s)
@@ -648,7 +651,7 @@ class _BusEngine:
             _log().warning(
                 "bus_closed_during_recording",
                 tracers=[t.name for t in self._tracers],
-                subscribers=[s.key for s in (*self._sinks, *self._subscribers)],
+                subscribers=[s.key for s in self._sinks] + [s.key for s in self._subscribers],
                 tracers_with_items_waiting=[t.name for t in self._tracers if not t.tracer.outbox.empty()],
                 detail="call finish_recording() before close() to deliver everything",
             )
@@ -688,7 +691,7 @@ class _BusEngine:
         attached = [link.subscriber for link in self._subscribers] + [link.sink for link in self._sinks]
         if any(other is subscriber for other in attached):
             raise ValueError(f"subscriber {subscriber.name!r} is already attached to this bus")
-        taken = {link.key for link in (*self._subscribers, *self._sinks)}
+        taken = {link.key for link in self._subscribers} | {link.key for link in self._sinks}
         key, n = subscriber.name, 1
         while key in taken:
             n += 1
@@ -701,7 +704,7 @@ class _BusEngine:
         # A subscriber cut off at the end of the last recording may still be in consume() or
         # finish(): sharing its limiter keeps its calls one at a time.
         lingering = [link.limiter for link in self._feeding if link.subscriber is subscriber]
-        send, receive = anyio.create_memory_object_stream(capacity)
+        send, receive = anyio.create_memory_object_stream[EventBatch | _FlushMarker](capacity)
         link = _SubscriberLink(
             subscriber=subscriber,
             key=key,
@@ -1005,24 +1008,24 @@ class _BusEngine:
 
     async def _flush_all(self) -> None:
         requests = []
-        for link in self._tracers:
-            if link.stopped.is_set():
+        for tracer_link in self._tracers:
+            if tracer_link.stopped.is_set():
                 continue
             request = anyio.Event()
-            link.flush_requests.append(request)
-            link.wake.set()
+            tracer_link.flush_requests.append(request)
+            tracer_link.wake.set()
             requests.append(request)
         for request in requests:
             await request.wait()
         # Every batch of those items is now in the sinks and in a stream (or was
         # dropped and counted). A marker behind them is reached once they are consumed.
         markers = []
-        for link in self._subscribers:
-            if link.finished.is_set():
+        for subscriber_link in self._subscribers:
+            if subscriber_link.finished.is_set():
                 continue
             marker = _FlushMarker(anyio.Event())
             try:
-                await link.send.send(marker)
+                await subscriber_link.send.send(marker)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 continue
             markers.append(marker)
@@ -1031,28 +1034,28 @@ class _BusEngine:
 
     async def finish_recording(self, timeout_s: float | None) -> bool:
         tracers, sinks, subscribers = self._tracers, self._sinks, self._subscribers
-        for link in tracers:
-            if not link.tracer.outbox.closed:
+        for tracer_link in tracers:
+            if not tracer_link.tracer.outbox.closed:
                 _log().warning(
                     "bus_tracer_not_stopped",
-                    tracer=link.name,
+                    tracer=tracer_link.name,
                     detail="finish_recording() was called before the tracer's stop(); "
                     "only what it handed over so far is delivered",
                 )
         # From now on every wait on a streamed subscriber spends its drain budget; a router
         # already waiting for room is woken to take the budget into account.
-        for link in subscribers:
-            link.drain_left_s = self.subscriber_drain_s
-            if link.space_freed is not None:
-                link.space_freed.set()
-                link.space_freed = None
+        for subscriber_link in subscribers:
+            subscriber_link.drain_left_s = self.subscriber_drain_s
+            if subscriber_link.space_freed is not None:
+                subscriber_link.space_freed.set()
+                subscriber_link.space_freed = None
         complete = False
         with anyio.move_on_after(timeout_s):
-            for link in tracers:
-                link.stop_requested = True
-                link.wake.set()
-            for link in tracers:
-                await link.stopped.wait()
+            for tracer_link in tracers:
+                tracer_link.stop_requested = True
+                tracer_link.wake.set()
+            for tracer_link in tracers:
+                await tracer_link.stopped.wait()
             # Everything is decoded: the sinks hold the whole recording.
             for sink_link in sinks:
                 try:
@@ -1060,22 +1063,22 @@ class _BusEngine:
                 except Exception as exc:  # noqa: BLE001 - isolation, as for consume
                     self._sink_failed(sink_link, "finish", exc)
             # No more routing: closing the send side ends each feed after its backlog.
-            for link in subscribers:
-                link.send.close()
+            for subscriber_link in subscribers:
+                subscriber_link.send.close()
             async with anyio.create_task_group() as drains:
-                for link in subscribers:
-                    drains.start_soon(self._drain, link)
+                for subscriber_link in subscribers:
+                    drains.start_soon(self._drain, subscriber_link)
             complete = True
         if not complete:
             self._abandon(tracers, subscribers, timeout_s)
-        for link in subscribers:
-            if link.dropped_batches:
+        for subscriber_link in subscribers:
+            if subscriber_link.dropped_batches:
                 _log().warning(
                     "bus_recording_dropped_batches",
-                    subscriber=link.key,
-                    dropped_batches=link.dropped_batches,
-                    dropped_events=link.dropped_events,
-                    capacity=link.capacity,
+                    subscriber=subscriber_link.key,
+                    dropped_batches=subscriber_link.dropped_batches,
+                    dropped_events=subscriber_link.dropped_events,
+                    capacity=subscriber_link.capacity,
                 )
         self._tracers = tuple(t for t in self._tracers if t not in tracers)
         self._sinks = tuple(s for s in self._sinks if s not in sinks)
@@ -1112,21 +1115,21 @@ class _BusEngine:
         timeout_s: float | None,
     ) -> None:
         stuck_tracers, stuck_subscribers = [], []
-        for link in tracers:
-            if not link.stopped.is_set():
-                stuck_tracers.append(link.name)
-                link.scope.cancel()
+        for tracer_link in tracers:
+            if not tracer_link.stopped.is_set():
+                stuck_tracers.append(tracer_link.name)
+                tracer_link.scope.cancel()
             # Items still waiting would otherwise leak into the tracer's next recording.
-            left = len(link.tracer.outbox.drain()) + len(link.pending)
-            link.pending.clear()
+            left = len(tracer_link.tracer.outbox.drain()) + len(tracer_link.pending)
+            tracer_link.pending.clear()
             if left:
-                self.counters.add(link.name, items_abandoned=left)
-        for link in subscribers:
-            link.send.close()
-            if not link.finished.is_set() and not link.cut:
-                stuck_subscribers.append(link.key)
+                self.counters.add(tracer_link.name, items_abandoned=left)
+        for subscriber_link in subscribers:
+            subscriber_link.send.close()
+            if not subscriber_link.finished.is_set() and not subscriber_link.cut:
+                stuck_subscribers.append(subscriber_link.key)
                 # Cut short: its finish() is not called, its backlog is counted as dropped now.
-                self._cut(link, finish_after=False)
+                self._cut(subscriber_link, finish_after=False)
         _log().error(
             "bus_finish_timed_out",
             timeout_s=timeout_s,

@@ -34,8 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import orjson
 
-from polyprof._log import get_logger
-from polyprof.activity import ProfilerActivity
+from polyprof.activity import DEVICES, ProfilerActivity
 from polyprof.attribution import _OpIndex
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
@@ -50,6 +49,7 @@ from polyprof.events import (
     kind_codes,
 )
 from polyprof.kineto_format import (
+    DEFAULT_DEVICE_TYPE,
     DEVICE_BY_LANE_LABEL,
     DEVICE_KINDS,
     FLOW_TYPE_BY_CATEGORY,
@@ -63,6 +63,7 @@ from polyprof.kineto_format import (
     kind_of_category,
     us_to_ns,
 )
+from polyprof.log import get_logger
 from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, CONFIG_FLAG_KEYS, Trace
 
 log = get_logger(__name__)
@@ -345,17 +346,10 @@ def read_chrome_trace(path: str | os.PathLike[str], *, max_bytes: int | None = N
 # -------------------------------------------------------------- conversion
 
 
-_ACTIVITY_BY_DEVICE = {
-    DeviceType.CUDA: ProfilerActivity.CUDA,
-    DeviceType.HIP: ProfilerActivity.CUDA,
-    DeviceType.XPU: ProfilerActivity.XPU,
-    DeviceType.HPU: ProfilerActivity.HPU,
-    DeviceType.MTIA: ProfilerActivity.MTIA,
-    DeviceType.PrivateUse1: ProfilerActivity.PrivateUse1,
-}
+#: The activity that recorded a device's rows (``polyprof.activity.DEVICES``; HIP's is CUDA).
+_ACTIVITY_BY_DEVICE: dict[DeviceType, ProfilerActivity] = {d.device_type: d.activity for d in DEVICES}
 #: Number types a parsed ``ts``/``dur`` may have (Decimal: ``json.load(parse_float=Decimal)``).
 _NUMBER = (int, float, Decimal)
-_FLAG_KEYS = CONFIG_FLAG_KEYS
 _SKELETON_KEYS = CHROME_TRACE_RESERVED_KEYS | {"trace_id", "host_name", *CONFIG_FLAG_KEYS}
 
 
@@ -718,20 +712,20 @@ def _counter_rows(
             tids.append(tid)
     if not names:
         return None
-    pid = np.asarray(pids, dtype=np.int64)
+    pid_column = np.asarray(pids, dtype=np.int64)
     device_type = np.array([lanes.get(p, int(DeviceType.CPU)) for p in pids], dtype=np.int64)
     columns: dict[str, Any] = {
         "kind": np.full(len(names), int(EventKind.COUNTER), dtype=np.int8),
         "start_ns": us_to_ns(ts) + base_ns,
         "dur_ns": np.zeros(len(names), dtype=np.int64),
-        "pid": pid,
+        "pid": pid_column,
         "tid": np.asarray(tids, dtype=np.int64),
         "device_type": device_type,
-        "device_index": np.where(device_type != int(DeviceType.CPU), pid, -1),
+        "device_index": np.where(device_type != int(DeviceType.CPU), pid_column, -1),
         "counter_value": np.asarray(values, dtype=np.float64),
         "trace_only": np.ones(len(names), dtype=bool),
     }
-    tables: dict[str, list[Any]] = {}
+    tables: dict[str, tuple[Any, ...]] = {}
     columns["name"], tables["name"] = intern_column(names)
     columns["counter_series"], tables["counter_series"] = intern_column(series)
     return EventBatch.build(SOURCE, columns, tables)
@@ -804,7 +798,7 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
         )
         lanes = _device_lanes(raw_events)
         unnamed = on_device & (device_type == int(DeviceType.CPU))
-        lane_type = np.array([lanes.get(p, int(DeviceType.CUDA)) for p in pid.tolist()], dtype=np.int64)
+        lane_type = np.array([lanes.get(p, DEFAULT_DEVICE_TYPE) for p in pid.tolist()], dtype=np.int64)
         device_type = np.where(unnamed, lane_type, device_type)
     if memory.any():
         device_index = np.where(memory, arg(Arg.DEVICE_ID, -1), device_index)
@@ -830,7 +824,7 @@ def trace_from_chrome(doc: Mapping[str, Any]) -> Trace:
         "python_parent_id": _ints([-1 if p is None else p for p in parents], -1),
         "stream": stream,
     }
-    tables: dict[str, list[Any]] = {}
+    tables: dict[str, tuple[Any, ...]] = {}
     names = [nm if type(nm := ev.get("name")) is str else ("" if nm is None else str(nm)) for ev in events]
     overloads = _split_overloads(names, kind == int(EventKind.CPU_OP))
     columns["name"], tables["name"] = intern_column(names)
@@ -1009,8 +1003,20 @@ def _config_from(doc: Mapping[str, Any], kinds: np.ndarray, device_types: np.nda
     for dt in np.unique(device_types[on_device]).tolist():
         if dt in by_value:
             activities.add(by_value[dt])
-    flags = {flag: _int(doc.get(flag), 0) == 1 for flag in _FLAG_KEYS}
-    return ProfileConfig(activities=activities, trace_id=str(doc.get("trace_id", "") or ""), **flags)
+
+    def flag(key: str) -> bool:
+        return _int(doc.get(key), 0) == 1
+
+    # CONFIG_FLAG_KEYS spelled out, so that mypy checks each against its ProfileConfig field
+    return ProfileConfig(
+        activities=activities,
+        trace_id=str(doc.get("trace_id", "") or ""),
+        profile_memory=flag("profile_memory"),
+        with_stack=flag("with_stack"),
+        record_shapes=flag("record_shapes"),
+        with_modules=flag("with_modules"),
+        with_flops=flag("with_flops"),
+    )
 
 
 def _start_ns(span: tuple[Any, Any] | None, base_ns: int, starts: np.ndarray) -> int:

@@ -24,22 +24,17 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from polyprof import __version__, torch_support
-from polyprof._log import get_logger
 from polyprof.cli_convert import add_convert_command
 from polyprof.cli_merge import add_merge_command
-from polyprof.cli_report import add_report_command, terminal_safe
+from polyprof.cli_report import add_report_command
 from polyprof.cli_run import add_run_command
 from polyprof.errors import EXIT_INTERRUPTED, EXIT_USAGE, PolyprofError
 from polyprof.fileio import OutputPathError
-from polyprof.registry import (
-    ALLOW_LIST_ENV,
-    DISABLE_AUTOLOAD_ENV,
-    PLUGIN_STATUSES,
-    TRACE_ENV,
-    PluginInfo,
-    env_flag,
-    make_plugin_manager,
-)
+from polyprof.log import get_logger
+from polyprof.plugin_discovery import ALLOW_LIST_ENV, DISABLE_AUTOLOAD_ENV, env_flag
+from polyprof.plugin_info import PLUGIN_STATUSES, PluginInfo
+from polyprof.registry import TRACE_ENV, make_plugin_manager
+from polyprof.terminal import terminal_safe
 
 log = get_logger(__name__)
 
@@ -70,7 +65,7 @@ class _StderrHandler(logging.StreamHandler):
 def configure_logging(verbosity: int = 0) -> None:
     """Send polyprof's log records to stderr: warnings, ``-v`` info, ``-vv`` debug.
 
-    Library modules log through ``polyprof._log`` into the stdlib logger tree
+    Library modules log through ``polyprof.log`` into the stdlib logger tree
     under ``polyprof``; only this entry point attaches a handler. Calling it
     again replaces the handler instead of adding a second one.
     """

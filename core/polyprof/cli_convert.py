@@ -25,23 +25,25 @@ import os
 import sys
 from typing import Any
 
-from polyprof._log import get_logger
 from polyprof.chrome_reader import TraceFileError
-from polyprof.cli_report import terminal_safe
 from polyprof.columnar import (
     COMPRESSIONS,
     DEFAULT_COMPRESSION,
+    TRACE_SUFFIXES,
     is_parquet_path,
     json_trace_table,
     pyarrow_modules,
     read_trace_document,
+    sources_of,
+    trace_suffix,
     write_json_trace,
     write_parquet_table,
     write_parquet_trace,
 )
 from polyprof.errors import EXIT_USAGE, PolyprofError
 from polyprof.fileio import OutputPathError, check_writable_path, file_ids, prepare_output_directory
-from polyprof.rank_set import TRACE_SUFFIXES, sources_of, trace_suffix
+from polyprof.log import get_logger
+from polyprof.terminal import terminal_safe
 
 log = get_logger(__name__)
 

@@ -19,11 +19,12 @@ import sys
 from typing import Any
 
 from polyprof.cli_convert import print_skipped
-from polyprof.cli_report import terminal_safe
+from polyprof.columnar import sources_of
 from polyprof.errors import EXIT_USAGE, PolyprofError
 from polyprof.fileio import OutputPathError, check_writable_path, file_ids, prepare_output_directory
 from polyprof.merge import ALIGNMENTS, AlignmentError, merge_rank_set
-from polyprof.rank_set import collect_rank_set, sigterm_exits, sources_of, temporary_parquet_dir
+from polyprof.rank_set import collect_rank_set, sigterm_exits, temporary_parquet_dir
+from polyprof.terminal import terminal_safe
 
 _PROG = "polyprof merge"
 

@@ -1,4 +1,8 @@
-"""``polyprof report TRACE``: torch's ``key_averages().table()`` from a saved Chrome trace.
+"""``polyprof report``: torch's ``key_averages().table()`` from a saved Chrome trace, and the report
+across the ranks of a distributed run from a directory of them (or several traces).
+
+One trace
+---------
 
 The trace may be polyprof's own (``prof.export_chrome_trace``) or torch's
 (Kineto's writer: ``torch.profiler.profile.export_chrome_trace`` and
@@ -59,6 +63,24 @@ traceback, for a missing, unreadable, empty, truncated, corrupt or too large
 file, a directory or device, JSON that is not a Chrome trace, a trace without
 profiler events, a table torch could not print either, a trace ``polyprof merge``
 wrote of several ranks (one table would mix them), or a bad option.
+
+Many ranks
+----------
+
+With a directory, or more than one path, the command reads every trace there (``.json``,
+``.json.gz``, ``.parquet``, mixed) and reports across the ranks of one run with
+``polyprof.ranks.analyse_run``: one trace per rank of the run (``polyprof.rank_set``), per-rank
+rows on DuckDB over Parquet files (``polyprof.rank_analysis``) or Ray (``--engine ray``), and the
+statistics across ranks (``polyprof.rank_report``; ``polyprof.rank_report_html`` for
+``--format html``). JSON traces are converted to Parquet first, one at a time, into
+``--parquet-dir`` (kept there: report on that directory next time to skip the conversion) or a
+temporary directory (removed, also when SIGTERM ends the command: exit code 143).
+
+``-o FILE``, ``--parquet-dir``, ``--memory-limit`` and ``--ray-address`` are checked before any trace
+is read; one that cannot be used, an ``-o FILE`` that is one of the traces (by any name), or a disk
+that fills while the report is written, is one line on stderr (``OutputPathError``,
+``ReportWriteError``) and exit code 2. Traces left out are named on stderr; a report written to a
+file lists them too, the text report on stdout does not (they would be on the terminal twice).
 """
 
 from __future__ import annotations
@@ -73,14 +95,28 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
+import orjson
 
-from polyprof._log import get_logger
 from polyprof.chrome_reader import TraceFileError, max_bytes_from_env, read_chrome_trace, trace_from_chrome
-from polyprof.columnar import is_parquet_path, read_trace_document
+from polyprof.cli_convert import print_skipped
+from polyprof.columnar import is_parquet_path, read_trace_document, sources_of
 from polyprof.errors import EXIT_USAGE, PolyprofError
+from polyprof.fileio import (
+    OutputPathError,
+    atomic_writer,
+    check_writable_path,
+    file_ids,
+    prepare_output_directory,
+)
 from polyprof.kineto_format import MERGE_KEY
+from polyprof.log import get_logger
+from polyprof.rank_report import DEFAULT_STRAGGLER_THRESHOLD, RankReport, render_text, report_json
+from polyprof.rank_report_html import render_html
+from polyprof.rank_set import sigterm_exits, temporary_parquet_dir
+from polyprof.ranks import ENGINES, analyse_run
 from polyprof.results import ProfileResults
 from polyprof.table import VALID_SORT_KEYS, VALID_TIME_UNITS, TimeShareError
+from polyprof.terminal import terminal_safe
 from polyprof.tree import use_device_for
 
 log = get_logger(__name__)
@@ -89,19 +125,23 @@ __all__ = [
     "AUTO_SORT",
     "DEFAULT_ROW_LIMIT",
     "EXIT_BAD_INPUT",
+    "FORMATS",
     "SORT_CHOICES",
     "UNSORTED",
     "ReportOptions",
+    "ReportOutputError",
+    "ReportWriteError",
     "add_report_command",
     "check_memory_limit",
     "default_sort_key",
+    "is_many_rank_request",
     "load_report_results",
     "merged_rank_count",
     "merged_trace_problem",
     "render_report",
     "report_notes",
+    "run_rank_report",
     "run_report_command",
-    "terminal_safe",
 ]
 
 #: ``--sort-by`` value that picks ``cpu_time_total`` or ``device_time_total`` (the default).
@@ -113,6 +153,8 @@ SORT_CHOICES: tuple[str, ...] = (AUTO_SORT, UNSORTED, *VALID_SORT_KEYS)
 DEFAULT_ROW_LIMIT = 100
 #: Exit status for input the command cannot use: a usage error's.
 EXIT_BAD_INPUT = EXIT_USAGE
+#: ``--format`` of the report across ranks.
+FORMATS = ("text", "json", "html")
 
 _PROG = "polyprof report"
 
@@ -213,35 +255,6 @@ def default_sort_key(averages: Sequence[Any]) -> str:
     """``device_time_total`` when some row has device time, else ``cpu_time_total``."""
     has_device_time = any(avg.self_device_time_total > 0 for avg in averages)
     return "device_time_total" if has_device_time else "cpu_time_total"
-
-
-#: Characters that move the cursor, recolour, retitle or reorder a terminal's text: C0 and C1
-#: controls and DEL, line and paragraph separators, and the bidirectional overrides and isolates.
-_TERMINAL_CONTROLS = (
-    *range(0x20),
-    *range(0x7F, 0xA0),
-    0x061C,
-    0x200E,
-    0x200F,
-    0x2028,
-    0x2029,
-    *range(0x202A, 0x202F),
-    *range(0x2066, 0x206A),
-    # Lone surrogates (a JSON "\\ud800" the stdlib parser kept): no terminal encoding can write them.
-    *range(0xD800, 0xE000),
-)
-_ESCAPES = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" for code in _TERMINAL_CONTROLS}
-
-
-def terminal_safe(text: str) -> str:
-    """``text`` with terminal control characters written as escapes (``"\\x1b"``); other text as is.
-
-    Names in a trace file are the file's text, and escape sequences in them would
-    drive the terminal that prints the report. Lone surrogates (``"\\ud800"``, which
-    JSON can hold and no encoding can write) are escaped too. Backslashes stay as
-    they are, so the escaping is for display, not a reversible encoding.
-    """
-    return text if text.isprintable() else text.translate(_ESCAPES)
 
 
 def render_report(results: ProfileResults, options: ReportOptions) -> str:
@@ -408,10 +421,51 @@ def add_report_command(subparsers: Any) -> None:
         action="store_true",
         help="only ops that have no CPU parent (torch's top_level_events_only)",
     )
-    from polyprof.cli_rank_report import add_rank_report_arguments  # it builds on this module
-
-    add_rank_report_arguments(parser)
+    _add_rank_report_arguments(parser)
     parser.set_defaults(handler=run_report_command)
+
+
+def _add_rank_report_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("many ranks (a directory, or several traces)")
+    group.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="text (default), json, or html (one self-contained page with plots)",
+    )
+    group.add_argument(
+        "-o", "--output", metavar="FILE", help="write the report to FILE (atomically) instead of stdout"
+    )
+    group.add_argument(
+        "--per-rank", action="store_true", help="also print each rank's own table (its key_averages)"
+    )
+    group.add_argument(
+        "--straggler-threshold",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="a rank whose step time is this much above the median rank's is a straggler (default 0.10)",
+    )
+    group.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="duckdb",
+        help="duckdb (default: this machine, bounded memory) or ray (a Ray cluster; pip install 'ray[data]')",
+    )
+    group.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="with --engine ray: the cluster to join, as ray.init takes it ('auto', 'ray://host:10001'); "
+        "default: a local cluster for this command",
+    )
+    group.add_argument(
+        "--memory-limit", metavar="SIZE", help="DuckDB's memory limit, e.g. 2GB (past it, it spills to disk)"
+    )
+    group.add_argument(
+        "--parquet-dir",
+        metavar="DIR",
+        help="keep the Parquet traces made from JSON ones here (default: a temporary directory)",
+    )
 
 
 def _check_rank_report_options(args: argparse.Namespace) -> None:
@@ -422,8 +476,6 @@ def _check_rank_report_options(args: argparse.Namespace) -> None:
     :raises OutputPathError: ``-o`` names a file that cannot be written.
     :raises ClusterUnreachableError: nothing answers at ``--ray-address``.
     """
-    from polyprof.fileio import check_writable_path
-
     if args.memory_limit is not None:
         try:
             check_memory_limit(args.memory_limit)
@@ -438,9 +490,8 @@ def _check_rank_report_options(args: argparse.Namespace) -> None:
 
 
 def run_report_command(args: argparse.Namespace) -> int:
-    """Print the table of ``args.trace``; one line on stderr and exit 2 when the file is unusable."""
-    from polyprof.cli_rank_report import is_many_rank_request, run_rank_report
-
+    """Print the table of ``args.trace``, or with a directory or several traces the report across
+    ranks; one line on stderr and exit 2 when an input or output is unusable."""
     options = ReportOptions(
         sort_by=args.sort_by,
         row_limit=args.row_limit,
@@ -509,3 +560,101 @@ def run_report_command(args: argparse.Namespace) -> int:
     sys.stdout.write(table)
     sys.stdout.flush()
     return 0
+
+
+# ---------------------------------------------------------------- many ranks
+
+
+class ReportWriteError(PolyprofError, OSError):
+    """The report could not be written (the disk is full, ...); nothing is left at its path."""
+
+
+class ReportOutputError(OutputPathError):
+    """The report would be written over one of the traces it is made of."""
+
+
+def is_many_rank_request(paths: list[str]) -> bool:
+    return len(paths) > 1 or (len(paths) == 1 and os.path.isdir(paths[0]))
+
+
+def run_rank_report(args: argparse.Namespace, options: ReportOptions) -> int:
+    """Print (or write to ``-o``) the report across the ranks of the traces in ``args.trace``."""
+    threshold = DEFAULT_STRAGGLER_THRESHOLD if args.straggler_threshold is None else args.straggler_threshold
+    with sigterm_exits():
+        if args.output:  # before minutes of conversion and analysis
+            _check_output(args.output, list(args.trace))
+        if args.parquet_dir:
+            prepare_output_directory(args.parquet_dir)
+            return _rank_report(args, options, threshold, args.parquet_dir)
+        # the command's own folder, not analyse_run's: --per-rank reads the Parquet copies after it
+        with temporary_parquet_dir() as folder:
+            return _rank_report(args, options, threshold, folder)
+
+
+def _check_output(output: str, paths: list[str]) -> None:
+    """Refuse an output that cannot be written or is one of the traces (by any name)."""
+    check_writable_path(output)
+    if file_ids([output]) & file_ids(sources_of(paths)):
+        raise ReportOutputError(
+            f"-o {output!r} is one of the traces to report on, which is never written over; "
+            "name another file",
+            output,
+        )
+
+
+def _rank_report(args: argparse.Namespace, options: ReportOptions, threshold: float, parquet_dir: str) -> int:
+    report = analyse_run(
+        list(args.trace),
+        engine=args.engine,
+        parquet_dir=parquet_dir,
+        memory_limit=args.memory_limit,
+        ray_address=args.ray_address,
+        straggler_threshold=threshold,
+    )
+    for skipped in report.rank_set.skipped:  # the analysis may leave out more
+        print_skipped(_PROG, skipped.path, skipped.reason)
+    text = _rank_report_text(report, args, options)
+    if args.output:
+        _write_report(args.output, text)
+        print(terminal_safe(args.output))
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return 0
+
+
+def _rank_report_text(report: RankReport, args: argparse.Namespace, options: ReportOptions) -> str:
+    if args.format == "json":
+        data: dict[str, Any] = report_json(report)
+        if args.per_rank:
+            data["per_rank_tables"] = {
+                str(r.rank): _rank_table(r.parquet, options) for r in report.rank_set.ranks
+            }
+        return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n"
+    if args.format == "html":
+        return render_html(report, row_limit=options.row_limit)
+    # the report's own list of the traces left out is for a file; on the terminal, stderr has it
+    shown = (
+        report if args.output else attrs.evolve(report, rank_set=attrs.evolve(report.rank_set, skipped=()))
+    )
+    text = render_text(shown, row_limit=options.row_limit)
+    if args.per_rank:
+        text += "".join(
+            f"\nRank {r.rank} ({terminal_safe(r.source)}):\n{_rank_table(r.parquet, options)}"
+            for r in report.rank_set.ranks
+        )
+    return text
+
+
+def _write_report(path: str, text: str) -> None:
+    try:
+        with atomic_writer(path) as out:
+            out.write(text)
+    except OSError as exc:
+        if isinstance(exc, PolyprofError):
+            raise
+        raise ReportWriteError(f"cannot write {path!r}: {exc.strerror or exc}") from exc
+
+
+def _rank_table(parquet: str, options: ReportOptions) -> str:
+    return render_report(load_report_results(parquet), options)

@@ -71,7 +71,7 @@ from polyprof.whole_script import (
     stepping_aside_for_script_profilers,
 )
 
-__all__ = ["EXIT_USAGE", "add_run_command", "run_command"]
+__all__ = ["add_run_command", "run_command"]
 
 
 # ------------------------------------------------------------------ the command

@@ -37,6 +37,10 @@ key-value metadata (``polyprof.chrome_top_level``), beside ``polyprof.format`` a
 distributed job, ``polyprof.rank`` and ``polyprof.world_size``. DuckDB, pandas, polars and Spark read
 the columns directly; ``read_trace_document`` gives back the Chrome document.
 
+A trace file's format is told by its name (``trace_suffix``: ``.json``, ``.json.gz`` or
+``.parquet``, any case); ``sources_of`` lists the trace files among paths and directories, as every
+trace command (``polyprof convert``, ``report``, ``merge``) reads them.
+
 pyarrow is needed for the Parquet side (``pip install 'polyprof[analysis]'``); the rest of polyprof
 never imports it.
 """
@@ -74,6 +78,8 @@ RANK_KEY = b"polyprof.rank"
 WORLD_SIZE_KEY = b"polyprof.world_size"
 PARQUET_SUFFIX = ".parquet"
 JSON_SUFFIXES = (".json", ".json.gz")
+#: The trace files read, and the suffixes ``polyprof convert`` writes.
+TRACE_SUFFIXES = (*JSON_SUFFIXES, PARQUET_SUFFIX)
 #: zstd: traces are repetitive text; it gives files several times smaller than snappy at similar speed.
 DEFAULT_COMPRESSION = "zstd"
 COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")
@@ -102,6 +108,10 @@ _EXACT_IN_DOUBLE = 2**53
 
 class ParquetUnavailableError(PolyprofError, ImportError):
     """pyarrow is not installed."""
+
+
+class TraceDirectoryError(PolyprofError, ValueError):
+    """A directory of traces cannot be listed."""
 
 
 def pyarrow_modules() -> tuple[Any, Any]:
@@ -529,6 +539,33 @@ def is_json_trace_path(path: str | os.PathLike[str]) -> bool:
     return os.fspath(path).lower().endswith(JSON_SUFFIXES)
 
 
+def trace_suffix(path: str) -> str | None:
+    """``.json``, ``.json.gz`` or ``.parquet`` when ``path`` ends in one (any case), else None."""
+    lowered = path.lower()
+    for suffix in (".json.gz", ".json", ".parquet"):
+        if lowered.endswith(suffix):
+            return suffix
+    return None
+
+
+def sources_of(paths: list[str]) -> list[str]:
+    """The trace files named: files as given, directories' trace files (not recursive), sorted."""
+    found: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            try:
+                listed = os.listdir(path)
+            except OSError as exc:
+                raise TraceDirectoryError(
+                    f"cannot list the directory {path!r}: {exc.strerror or exc}"
+                ) from exc
+            names = sorted(n for n in listed if trace_suffix(n) and not n.startswith("."))
+            found.extend(os.path.join(path, n) for n in names)
+        else:
+            found.append(path)
+    return found
+
+
 def read_parquet_table(path: str | os.PathLike[str], columns: list[str] | None = None) -> Any:
     """The table of a Parquet trace; a one-line ``TraceFileError`` naming the file when it is not one."""
     pa, pq = pyarrow_modules()
@@ -571,7 +608,9 @@ __all__ = [
     "COLUMNS",
     "DEFAULT_COMPRESSION",
     "FORMAT",
+    "TRACE_SUFFIXES",
     "ParquetUnavailableError",
+    "TraceDirectoryError",
     "check_column_types",
     "check_compression",
     "chrome_from_table",
@@ -581,8 +620,10 @@ __all__ = [
     "pyarrow_modules",
     "read_parquet_table",
     "read_trace_document",
+    "sources_of",
     "table_from_chrome",
     "top_level_of",
+    "trace_suffix",
     "write_json_trace",
     "write_parquet_table",
     "write_parquet_trace",

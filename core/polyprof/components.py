@@ -8,8 +8,10 @@ because torch's profiler state is per thread. ``Tracer.decode`` runs on the bus 
 ``Subscriber.consume`` and ``Subscriber.finish`` run on a bus worker thread,
 one call at a time per subscriber, never on the user's thread (so a slow
 subscriber cannot stall the bus or the others).
-``Exporter.export`` and ``Aggregator.aggregate`` run on whichever thread asks
-for the result (usually the user's).
+``Exporter.export`` runs on whichever thread asks for the file (usually the user's).
+
+``Aggregator`` lives next to what it returns, in ``polyprof.averages``; read
+from here it warns until polyprof 0.3.0 (``polyprof._compat``).
 """
 
 from __future__ import annotations
@@ -22,19 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from polyprof import _compat
 from polyprof.activity import ProfilerActivity
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    import numpy as np
-
-    from polyprof.averages import KeyAveragesSummary
     from polyprof.config import ProfileConfig
     from polyprof.events import EventBatch
-    from polyprof.results import FunctionEventAvg
     from polyprof.trace import Trace
-    from polyprof.tree import EventTree
 
 
 # Typed converters: mypy's attrs plugin cannot bind frozenset's or tuple's type variable when
@@ -76,10 +72,8 @@ class Outbox:
     def __init__(self) -> None:
         self._items: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = threading.Event()
-        self.items_put = 0
 
     def put(self, item: Any) -> None:
-        self.items_put += 1
         self._items.put(item)
 
     def drain(self) -> list[Any]:
@@ -192,40 +186,6 @@ class Subscriber(abc.ABC):
         """All batches of the recording have been consumed."""
 
 
-class Aggregator(abc.ABC):
-    """Summarises a finished recording's events (``key_averages`` is the built-in one).
-
-    The session's aggregator named ``key_averages`` answers every
-    ``key_averages()`` table: ``prof.key_averages()``,
-    ``prof.events().key_averages()`` (and that of any list of the recording's
-    events), the legacy profile's and the autograd shim's. Called on the thread
-    that asks for the table, once per table; must not change what it is given.
-    """
-
-    name: str = "aggregator"
-
-    @abc.abstractmethod
-    def aggregate(
-        self, trace: Trace, *, tree: EventTree, rows: np.ndarray, **options: Any
-    ) -> KeyAveragesSummary | Sequence[FunctionEventAvg]:
-        """Summarise ``rows`` of ``tree``.
-
-        :param trace: the recording (several ``acc_events`` cycles come as one
-            ``polyprof.tree.MergedTrace``): configuration, metadata, raw events.
-        :param tree: the recording's events with torch's semantics (parents, self
-            times, device time for ``tree.use_device``), as ``prof.events()`` lists them.
-        :param rows: read-only int64 indices into ``tree``: the events to summarise,
-            in the order their groups are first seen.
-        :param options: for ``key_averages``, always ``group_by_input_shape`` (bool),
-            ``group_by_stack_n`` (int >= 0), ``group_by_overload_name`` (bool) and
-            ``include_python_functions`` (bool, resolved for the installed torch).
-        :returns: for ``key_averages``, a ``polyprof.averages.KeyAveragesSummary`` of
-            ``tree`` (``polyprof.averages.summarize`` makes one; polyprof turns it into
-            ``FunctionEventAvg`` rows) or a sequence of ``polyprof.results.FunctionEventAvg``,
-            one per group; anything else is a ``TypeError`` naming the aggregator.
-        """
-
-
 class Exporter(abc.ABC):
     """Writes a finished trace to a file, atomically (no partial file on failure)."""
 
@@ -249,8 +209,10 @@ def check_component(obj: Any, kind: type, plugin: str) -> Any:
     return obj
 
 
+__getattr__ = _compat.moved_names(__name__)  # Aggregator, now in polyprof.averages: _compat.MOVED
+
+
 __all__ = [
-    "Aggregator",
     "Capabilities",
     "Exporter",
     "Outbox",

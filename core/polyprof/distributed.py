@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from polyprof._log import get_logger
+from polyprof.log import get_logger
 
 log = get_logger(__name__)
 

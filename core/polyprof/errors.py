@@ -27,6 +27,14 @@ class PolyprofWarning(UserWarning):
     """Base class of polyprof's warnings."""
 
 
+class PolyprofDeprecationWarning(PolyprofWarning, DeprecationWarning):
+    """Something polyprof still accepts will go in a later release; the message says what to use instead.
+
+    Python shows a ``DeprecationWarning`` only where ``__main__`` or a test runner triggers it.
+    The messages and the release that removes each thing are in ``polyprof._compat``.
+    """
+
+
 class ProfilerDisabledError(PolyprofError, RuntimeError):
     """Results were asked of a profiler created with ``enabled=False``."""
 

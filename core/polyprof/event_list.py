@@ -3,28 +3,40 @@
 ``prof.events()`` returns one that mirrors rows of an ``EventTree`` lazily
 (``polyprof.function_events`` views, made in chunks as it is iterated). While
 it still mirrors tree rows it answers ``key_averages`` (through the one route,
-``polyprof.results``), ``total_average``, ``self_cpu_time_total`` and
+``average_by_key``, below), ``total_average``, ``self_cpu_time_total`` and
 ``export_stacks`` with vectorized code; after arbitrary edits it falls back to
 torch's per-object algorithms, with the same results. ``table()`` prints
 torch's text (``polyprof.table``); ``export_chrome_trace`` writes torch's
 legacy JSON array (``polyprof.legacy_trace``).
+
+Every ``key_averages()`` table takes one route, ``average_by_key``: the
+recording's ``key_averages`` aggregator (``polyprof.averages.Aggregator``)
+when the events belong to a recording with a session, else
+``polyprof.averages.summarize``; ``wrap_key_averages`` turns a columnar
+``KeyAveragesSummary`` into torch's ``FunctionEventAvg`` rows.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Iterable, Iterator, MutableSequence
-from typing import Any
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, MutableSequence, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from polyprof import _compat
+from polyprof.averages import KEY_AVERAGES, KeyAveragesSummary, summarize
 from polyprof.collapsed_stacks import (
     SUPPORTED_METRICS,
     collapsed_stack_lines,
     collapsed_stack_lines_of_objects,
     write_lines,
 )
+from polyprof.errors import PolyprofDeprecationWarning
 from polyprof.function_events import (
+    AVERAGE_SUMS,
     FLOAT_SUMS,
     INT_ZERO_WHERE,
     EventStore,
@@ -33,10 +45,21 @@ from polyprof.function_events import (
     average_of_row,
 )
 from polyprof.legacy_trace import write_legacy_chrome_trace
+from polyprof.table import build_table
 from polyprof.torch_event_surface import torch_event_surface
 from polyprof.tree import EventTree, post_processing_rules, python_sum_by_segment
 
-__all__ = ["SUPPORTED_EXPORT_STACKS_METRICS", "EventList", "check_stack_n"]
+if TYPE_CHECKING:
+    from polyprof.averages import Aggregator
+    from polyprof.trace import Trace
+
+__all__ = [
+    "SUPPORTED_EXPORT_STACKS_METRICS",
+    "EventList",
+    "average_by_key",
+    "check_stack_n",
+    "wrap_key_averages",
+]
 
 
 #: Default of parameters that not every supported torch has: tells "not given" from any value.
@@ -247,8 +270,6 @@ class EventList(MutableSequence):
         time_unit: str | None = None,
     ) -> str:
         """torch's summary table of these events (see ``polyprof.table.build_table``)."""
-        from polyprof.table import build_table
-
         return build_table(
             self,
             sort_by=sort_by,
@@ -293,8 +314,6 @@ class EventList(MutableSequence):
         check_stack_n(group_by_stack_n)
         located = self._tree_rows()
         if located is not None:
-            from polyprof.results import average_by_key  # the route builds EventLists: imported late
-
             store, rows = located
             return average_by_key(
                 store,
@@ -409,3 +428,145 @@ class EventList(MutableSequence):
     def export_chrome_trace(self, path: str | os.PathLike[str]) -> str:
         """torch's legacy Python export: a JSON array of ``"ph": "X"`` events plus kernel flows."""
         return write_legacy_chrome_trace(self, path, device_name=self._use_device or "cuda")
+
+
+# ------------------------------------------------------------ the one route
+
+
+def wrap_key_averages(
+    summary: KeyAveragesSummary, *, profile_memory: bool = False, with_flops: bool = False
+) -> EventList:
+    """A columnar ``KeyAveragesSummary`` as torch's list of ``FunctionEventAvg``."""
+    return _wrap_summary(summary, EventStore(summary.tree), profile_memory, with_flops)
+
+
+def _wrap_summary(
+    summary: KeyAveragesSummary, store: EventStore, profile_memory: bool, with_flops: bool
+) -> EventList:
+    """``summary`` as ``FunctionEventAvg`` rows whose ``cpu_parent`` / ``cpu_children`` are ``store``'s."""
+    tree = summary.tree
+    n_stack = summary.group_by_stack_n
+    sums = {name: getattr(summary, name).tolist() for name in (*AVERAGE_SUMS, "flops")}
+    considered = summary.group_of_row >= 0
+    groups = summary.group_of_row[considered]
+    for name in FLOAT_SUMS:
+        # torch adds to an int 0: a group's sum stays an int while every value added is one
+        floats = ~INT_ZERO_WHERE[name](tree)[considered]
+        all_int = np.bincount(groups, weights=floats, minlength=len(summary)) == 0
+        values = sums[name]
+        for g in np.flatnonzero(all_int).tolist():
+            values[g] = 0
+    averages = []
+    for g, row in enumerate(summary.first_row.tolist()):
+        avg = average_of_row(store, row)
+        for name, values in sums.items():
+            setattr(avg, name, values[g])
+        # torch's key_averages blanks what it did not group by.
+        if not summary.group_by_input_shape:
+            avg.input_shapes = ""
+        if not summary.group_by_overload_name and hasattr(avg, "overload_name"):
+            avg.overload_name = ""
+        avg.stack = (avg.stack or [])[:n_stack] if n_stack > 0 else []
+        averages.append(avg)
+    return EventList(
+        averages, use_device=tree.use_device, profile_memory=profile_memory, with_flops=with_flops
+    )
+
+
+#: What each row of an aggregator's sequence needs (what ``FunctionEventAvg.add`` reads).
+_AVERAGE_ATTRIBUTES = ("key", *AVERAGE_SUMS, "flops")
+
+
+def average_by_key(
+    store: EventStore,
+    rows: np.ndarray,
+    *,
+    group_by_input_shape: bool,
+    group_by_stack_n: int,
+    group_by_overload_name: bool,
+    include_python_functions: bool | None,
+    profile_memory: bool,
+    with_flops: bool,
+) -> EventList:
+    """The one route to every ``key_averages()`` table: ``rows`` of ``store``'s tree averaged by key.
+
+    When the tree belongs to a recording whose session has an aggregator named
+    ``key_averages`` (the built-in one, or a plugin's that replaced it), that
+    aggregator answers, given the recording's trace, the tree and the rows;
+    otherwise ``polyprof.averages.summarize`` does (what the built-in returns).
+
+    :param include_python_functions: None: the installed torch's default; the
+        aggregator is always given the resolved bool.
+    :raises TypeError: the aggregator returned something that is not a
+        ``KeyAveragesSummary`` or a sequence of ``FunctionEventAvg``-like rows.
+    """
+    if include_python_functions is None:
+        include_python_functions = not post_processing_rules().key_averages_skips_python_functions
+    grouping: dict[str, Any] = {
+        "group_by_input_shape": bool(group_by_input_shape),
+        "group_by_stack_n": group_by_stack_n,
+        "group_by_overload_name": bool(group_by_overload_name),
+        "include_python_functions": bool(include_python_functions),
+    }
+    rows = np.array(rows, dtype=np.int64).reshape(-1)
+    rows.setflags(write=False)
+    results = store.results
+    aggregator: Aggregator | None = (
+        (results.aggregators or {}).get(KEY_AVERAGES) if results is not None else None
+    )
+    if aggregator is None or results is None:
+        return _wrap_summary(summarize(store.tree, rows=rows, **grouping), store, profile_memory, with_flops)
+    if _takes_tree_and_rows(aggregator):
+        result = aggregator.aggregate(results.merged_trace(), tree=store.tree, rows=rows, **grouping)
+    else:
+        result = _aggregate_the_0_1_way(aggregator, results.merged_trace(), store.tree.use_device, grouping)
+    if isinstance(result, KeyAveragesSummary):
+        # A summary of another tree (the aggregator built its own) gets views of that tree.
+        owner = store if result.tree is store.tree else EventStore(result.tree)
+        return _wrap_summary(result, owner, profile_memory, with_flops)
+    if isinstance(result, Sequence) and not isinstance(result, (str, bytes)):
+        for item in result:
+            missing = [name for name in _AVERAGE_ATTRIBUTES if not hasattr(item, name)]
+            if missing:
+                raise TypeError(
+                    f"the key_averages aggregator {type(aggregator).__name__} returned a "
+                    f"{type(item).__name__} row that lacks {missing}; expected a KeyAveragesSummary "
+                    "or a sequence of FunctionEventAvg"
+                )
+        if isinstance(result, EventList):
+            return result
+        return EventList(
+            result, use_device=store.tree.use_device, profile_memory=profile_memory, with_flops=with_flops
+        )
+    raise TypeError(
+        f"the key_averages aggregator {type(aggregator).__name__} returned {type(result).__name__}; "
+        "expected a KeyAveragesSummary or a sequence of FunctionEventAvg"
+    )
+
+
+def _takes_tree_and_rows(aggregator: Aggregator) -> bool:
+    """Whether ``aggregate`` takes polyprof 0.2's ``tree=`` and ``rows=`` (or any keyword)."""
+    try:
+        parameters = inspect.signature(aggregator.aggregate).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: assume the current contract
+        return True
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return True
+    return "tree" in parameters and "rows" in parameters
+
+
+def _aggregate_the_0_1_way(
+    aggregator: Aggregator, trace: Trace, use_device: str | None, grouping: Mapping[str, Any]
+) -> Any:
+    """Call an aggregator written for polyprof 0.1: ``use_device=``, no tree or rows, and
+    ``include_python_functions`` only if it names it; warns once per class that this goes away."""
+    cls = type(aggregator)
+    warnings.warn(
+        _compat.AGGREGATOR_0_1_SIGNATURE.format(aggregator=f"{cls.__module__}.{cls.__qualname__}"),
+        PolyprofDeprecationWarning,
+        stacklevel=2,
+    )
+    options = dict(grouping)
+    if "include_python_functions" not in inspect.signature(aggregator.aggregate).parameters:
+        del options["include_python_functions"]
+    return aggregator.aggregate(trace, use_device=use_device, **options)

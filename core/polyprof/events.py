@@ -19,6 +19,8 @@ from typing import Any
 import attrs
 import numpy as np
 
+from polyprof import _compat
+
 
 class EventKind(enum.IntEnum):
     """What an event is. The Chrome trace category follows from it."""
@@ -62,7 +64,8 @@ def kind_codes(kinds: Iterable[EventKind]) -> np.ndarray:
     return np.array(sorted(int(k) for k in kinds), dtype=np.int8)
 
 
-#: torch's ``DeviceType`` integer values, for the ``device_type`` column.
+#: torch's ``DeviceType`` integer values, for the ``device_type`` column. What each accelerator's
+#: type means (its activity, Kineto's names for it, ...) is its row of ``polyprof.activity.DEVICES``.
 class DeviceType(enum.IntEnum):
     CPU = 0
     CUDA = 1
@@ -407,11 +410,4 @@ def _merge_key(value: Any) -> Any:
     return value
 
 
-def __getattr__(name: str) -> Any:
-    # CATEGORY_BY_KIND lives with the rest of the trace format (polyprof.kineto_format), which
-    # imports this module; it is still found here for code that imports it from here.
-    if name == "CATEGORY_BY_KIND":
-        from polyprof.kineto_format import CATEGORY_BY_KIND
-
-        return CATEGORY_BY_KIND
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _compat.moved_names(__name__)  # CATEGORY_BY_KIND, now in polyprof.kineto_format: _compat.MOVED

@@ -60,9 +60,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from polyprof._log import get_logger
 from polyprof.errors import PolyprofError
 from polyprof.fileio import WriteCancellation, WriteCancelled, cancellable_writes
+from polyprof.log import get_logger
 
 if TYPE_CHECKING:
     from polyprof.components import Exporter

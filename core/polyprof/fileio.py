@@ -48,8 +48,8 @@ from typing import IO, Any, cast
 
 import attrs
 
-from polyprof._log import get_logger
 from polyprof.errors import PolyprofError
+from polyprof.log import get_logger
 
 try:
     import fcntl

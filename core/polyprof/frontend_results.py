@@ -13,8 +13,8 @@ functions here by naming them in its class body::
         self_cpu_time_total = frontend_results.self_cpu_time_total
 
 ``_finished_events(what)`` returns the frontend's finished events (an
-``EventList`` of its recording, so ``key_averages`` takes the one route of
-``polyprof.results``) or raises the frontend's own error, naming ``what``.
+``EventList`` of its recording, so ``key_averages`` takes the one route,
+``polyprof.event_list.average_by_key``) or raises the frontend's own error, naming ``what``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from polyprof.results import EventList, FunctionEventAvg
+    from polyprof.event_list import EventList
+    from polyprof.function_events import FunctionEventAvg
 
 __all__ = ["FinishedEvents", "self_cpu_time_total", "table", "total_average"]
 

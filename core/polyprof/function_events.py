@@ -20,8 +20,8 @@ How they are made:
   read, as each torch event has its own.
 * ``FunctionEventAvg`` is a plain mutable object, as in torch; the ones from
   ``key_averages`` are built from a columnar ``KeyAveragesSummary``
-  (``polyprof.results``), their descriptive fields read from a tree row
-  (``average_of_row``).
+  (``polyprof.event_list.average_by_key``), their descriptive fields read from
+  a tree row (``average_of_row``).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import copy
 import threading
 import warnings
 from collections import namedtuple
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import numpy as np
@@ -43,7 +43,7 @@ from polyprof.torch_event_surface import device_type_member, missing_attribute_e
 from polyprof.tree import LAZY_COLUMNS, EventTree
 
 if TYPE_CHECKING:
-    from polyprof.results import ProfileResults
+    from polyprof.trace import Trace
 
 __all__ = [
     "AVERAGE_SUMS",
@@ -55,6 +55,7 @@ __all__ = [
     "FunctionEventAvg",
     "Interval",
     "Kernel",
+    "RecordingResults",
     "average_of_row",
 ]
 
@@ -122,6 +123,25 @@ class FormattedTimesMixin:
 # ------------------------------------------------------------------ store
 
 
+class RecordingResults(Protocol):
+    """What the lists of an ``EventStore``'s views read of the recording its tree belongs to.
+
+    ``polyprof.results.ProfileResults`` is one; ``polyprof.event_list.average_by_key``
+    asks its ``key_averages`` aggregator.
+    """
+
+    # Any, not Aggregator: polyprof.averages types Aggregator on this module's FunctionEventAvg,
+    # so naming it here would tie the two modules in a circle.
+    @property
+    def aggregators(self) -> Mapping[str, Any] | None:
+        """The session's aggregators (``polyprof.averages.Aggregator``) by name, or None."""
+        ...
+
+    def merged_trace(self) -> Trace:
+        """One trace holding every cycle's events (what an aggregator is given)."""
+        ...
+
+
 class EventStore:
     """One tree, its columns as Python lists, and the ``FunctionEvent`` views made of it.
 
@@ -133,7 +153,7 @@ class EventStore:
     ``key_averages`` for every list of these views.
     """
 
-    def __init__(self, tree: EventTree, results: ProfileResults | None = None) -> None:
+    def __init__(self, tree: EventTree, results: RecordingResults | None = None) -> None:
         self.tree = tree
         self.results = results
         self._views: list[FunctionEvent | None] = [None] * len(tree)

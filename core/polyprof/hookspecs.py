@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from polyprof.components import Aggregator, Capabilities, Exporter, Subscriber, Tracer
+    from polyprof.averages import Aggregator
+    from polyprof.components import Capabilities, Exporter, Subscriber, Tracer
     from polyprof.config import ProfileConfig
     from polyprof.registry import PolyprofPluginManager
     from polyprof.session import Session

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from polyprof._log import get_logger
+from polyprof.log import get_logger
 from polyprof.recording import RecordingInProgressError, recording_gate
 
 log = get_logger(__name__)

@@ -52,8 +52,9 @@ import numpy as np
 import orjson
 
 from polyprof import torch_support
-from polyprof._log import get_logger
+from polyprof.activity import DEVICES
 from polyprof.events import HOST_KINDS, DeviceType, EventKind, intern_column
+from polyprof.log import get_logger
 
 log = get_logger(__name__)
 
@@ -79,20 +80,17 @@ DEVICE_CATEGORY_SUFFIX: dict[EventKind, str] = {
     EventKind.DRIVER: "driver",
     EventKind.SYNC: "sync",
 }
-#: DeviceType -> (prefix of its categories such as "cuda_runtime", name of its lanes: "CUDA 0").
+#: DeviceType -> (prefix of its categories such as "cuda_runtime", name of its lanes: "CUDA 0"),
+#: from ``polyprof.activity.DEVICES`` (ROCm's HIP keeps the cuda_* categories).
 DEVICE_NAMES: dict[int, tuple[str, str]] = {
-    int(DeviceType.CUDA): ("cuda", "CUDA"),
-    int(DeviceType.HIP): ("cuda", "HIP"),  # ROCm's Kineto keeps the cuda_* categories
-    int(DeviceType.XPU): ("xpu", "XPU"),
-    int(DeviceType.HPU): ("hpu", "HPU"),
-    int(DeviceType.MTIA): ("mtia", "MTIA"),
-    int(DeviceType.PrivateUse1): ("privateuse1", "PrivateUse1"),
+    int(d.device_type): (d.category_prefix, d.lane_name) for d in DEVICES
 }
-#: The device assumed where nothing names one (a runtime call without device activity).
-DEFAULT_DEVICE_TYPE = int(DeviceType.CUDA)
+#: The device assumed where nothing names one (a runtime call without device activity): the
+#: first of ``DEVICES``, CUDA.
+DEFAULT_DEVICE_TYPE = int(DEVICES[0].device_type)
 #: The ``process_labels`` of CUDA and HIP lanes: "GPU 0" (other devices: their lane name).
 GPU_LANE_LABEL = "GPU"
-GPU_LANE_NAMES = frozenset({"CUDA", "HIP"})
+GPU_LANE_NAMES = frozenset(d.lane_name for d in DEVICES if d.lane_label == GPU_LANE_LABEL)
 
 #: Kinds drawn on a device lane: pid = device index, tid = stream / queue.
 DEVICE_KINDS = frozenset(
@@ -138,14 +136,14 @@ KIND_BY_CATEGORY: dict[str, EventKind] = {
 }
 #: Category prefix -> DeviceType (the first device with that prefix: "cuda" is CUDA, not HIP).
 DEVICE_BY_PREFIX: dict[str, DeviceType] = {}
-for _device, (_prefix, _) in DEVICE_NAMES.items():
-    DEVICE_BY_PREFIX.setdefault(_prefix, DeviceType(_device))
-#: First word of a device lane's ``process_name`` or ``process_labels`` -> DeviceType.
-DEVICE_BY_LANE_LABEL: dict[str, DeviceType] = {
-    label: DeviceType(device) for device, (_, label) in DEVICE_NAMES.items()
-}
-DEVICE_BY_LANE_LABEL[GPU_LANE_LABEL] = DeviceType.CUDA
-del _device, _prefix
+#: First word of a device lane's ``process_name`` or ``process_labels`` -> DeviceType (a label
+#: several devices share, "GPU", is the first one's: CUDA).
+DEVICE_BY_LANE_LABEL: dict[str, DeviceType] = {}
+for _row in DEVICES:
+    DEVICE_BY_PREFIX.setdefault(_row.category_prefix, _row.device_type)
+    DEVICE_BY_LANE_LABEL.setdefault(_row.lane_name, _row.device_type)
+    DEVICE_BY_LANE_LABEL.setdefault(_row.lane_label, _row.device_type)
+del _row
 
 
 def kind_of_category(category: Any) -> tuple[EventKind, DeviceType] | None:

@@ -96,13 +96,13 @@ import attrs
 import numpy as np
 
 from polyprof import frontend_results
-from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
-from polyprof.config import check_plugin_manager, config_flag, truth_flag
 from polyprof.errors import ProfilerDisabledError
 from polyprof.event_list import EventList
 from polyprof.events import DeviceType
+from polyprof.frontend_arguments import check_plugin_manager, config_flag, truth_flag
 from polyprof.legacy_trace import write_legacy_chrome_trace
+from polyprof.log import get_logger
 from polyprof.recording import Recording, RecordOnce
 
 log = get_logger(__name__)

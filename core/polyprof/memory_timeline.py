@@ -26,9 +26,9 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from polyprof._log import get_logger
 from polyprof.errors import PolyprofError
 from polyprof.fileio import atomic_writer
+from polyprof.log import get_logger
 
 log = get_logger(__name__)
 

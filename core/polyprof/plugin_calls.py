@@ -19,8 +19,8 @@ from typing import Any, Protocol, cast
 import attrs
 import pluggy
 
-from polyprof._log import get_logger
 from polyprof.errors import PluginUnavailable, PolyprofError, PolyprofWarning
+from polyprof.log import get_logger
 
 log = get_logger(__name__)
 

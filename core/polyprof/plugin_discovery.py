@@ -27,8 +27,8 @@ from typing import Any, Final
 
 import attrs
 
-from polyprof._log import get_logger
 from polyprof.errors import PolyprofError, PolyprofWarning
+from polyprof.log import get_logger
 
 log = get_logger(__name__)
 

@@ -17,7 +17,7 @@ running raises a clear RuntimeError (torch silently empties the outer one);
 bad arguments raise errors that name the argument and list the valid choices
 (of torch's exception types), when the profile is made, while values torch
 takes (a truthy int for a flag, any value for ``acc_events``) still pass,
-see ``polyprof.config``; ``post_processing_timeout_s`` drops no events; an
+see ``polyprof.frontend_arguments``; ``post_processing_timeout_s`` drops no events; an
 exporter plugin that does not finish within its deadline raises
 ``ExportTimeoutError`` naming it (``polyprof.exporting``).
 """
@@ -37,10 +37,16 @@ from typing import Any
 
 import attrs
 
-from polyprof._log import get_logger
-from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES, ProfilerActivity, coerce_activity
-from polyprof.config import (
-    ProfileConfig,
+from polyprof.activity import (
+    CPU_GROUP_ACTIVITY_TYPES,
+    ProfilerActivity,
+    coerce_activity,
+    use_device_for_activities,
+)
+from polyprof.config import ProfileConfig
+from polyprof.distributed import default_worker_name, distributed_info
+from polyprof.errors import PolyprofError, PolyprofWarning
+from polyprof.frontend_arguments import (
     check_callable,
     check_execution_trace_observer,
     check_experimental_config,
@@ -49,8 +55,7 @@ from polyprof.config import (
     config_flag,
     truth_flag,
 )
-from polyprof.distributed import default_worker_name, distributed_info
-from polyprof.errors import PolyprofError, PolyprofWarning
+from polyprof.log import get_logger
 from polyprof.record import record_function
 from polyprof.recording import Recording
 from polyprof.schedule import ProfilerAction, coerce_action, default_schedule
@@ -482,7 +487,6 @@ class profile:  # noqa: N801 - torch's name
         self._traces: list[Any] = []
         self._results: Any = None
         self._cleared_warned = False
-        self._step_times: list[float] = []
         #: torch's attribute: the last ``export_memory_timeline``'s timeline.
         self.mem_tl: Any = None
         #: torch's raw result of the last cycle, kept for the memory timeline (polyprof.memory_timeline).
@@ -722,18 +726,8 @@ class profile:  # noqa: N801 - torch's name
 
     @property
     def use_device(self) -> str | None:
-        """torch's ``use_device``: the accelerator whose time the tables show."""
-        acts = self.activities
-        for act, device in (
-            (ProfilerActivity.CUDA, "cuda"),
-            (ProfilerActivity.XPU, "xpu"),
-            (ProfilerActivity.MTIA, "mtia"),
-            (ProfilerActivity.HPU, "hpu"),
-            (ProfilerActivity.PrivateUse1, "privateuseone"),
-        ):
-            if act in acts:
-                return device
-        return None
+        """torch's ``use_device``: the accelerator whose time the tables show (``polyprof.activity``)."""
+        return use_device_for_activities(self.activities)
 
     def _require_results(self) -> Any:
         if not self._traces:

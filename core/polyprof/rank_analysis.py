@@ -55,10 +55,10 @@ from typing import Any, TypeVar
 import attrs
 import numpy as np
 
-from polyprof._log import get_logger
 from polyprof.chrome_reader import is_async_work_name
 from polyprof.errors import PolyprofError
 from polyprof.kineto_format import us_to_ns
+from polyprof.log import get_logger
 from polyprof.rank_set import RankSet, Skipped, temporary_parquet_dir
 from polyprof.tree import FILTERED_NAMES, nesting_parents, post_processing_rules
 

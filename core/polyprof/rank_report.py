@@ -16,7 +16,7 @@
 * **compute/communication overlap** of each rank with GPU kernels (``RankOverlap``).
 
 ``render_text`` prints it, with the trace's text (names, file names, reasons) made safe for a
-terminal as the single-trace report makes it (``polyprof.cli_report.terminal_safe``);
+terminal as the single-trace report makes it (``polyprof.terminal.terminal_safe``);
 ``report_json`` gives it as plain data (``polyprof report --format json``), exactly.
 """
 
@@ -30,10 +30,10 @@ from typing import Any
 
 import attrs
 
-from polyprof.cli_report import terminal_safe
 from polyprof.rank_analysis import RankOverlap, RankRows
 from polyprof.rank_set import NoTracesError, RankSet, Skipped
 from polyprof.table import format_time
+from polyprof.terminal import terminal_safe
 
 #: A rank is a straggler when its step-time ratio is at least 1 + this.
 DEFAULT_STRAGGLER_THRESHOLD = 0.10

@@ -52,7 +52,6 @@ from typing import Any
 
 import attrs
 
-from polyprof._log import get_logger
 from polyprof.chrome_reader import TraceFileError
 from polyprof.columnar import (
     EVENTS_POSITION_KEY,
@@ -62,12 +61,15 @@ from polyprof.columnar import (
     is_parquet_path,
     json_trace_table,
     pyarrow_modules,
+    sources_of,
     top_level_of,
+    trace_suffix,
     write_parquet_table,
 )
 from polyprof.errors import PolyprofError
 from polyprof.fileio import OutputPathError, file_ids, host_tag, prepare_output_directory
 from polyprof.kineto_format import MERGE_KEY
+from polyprof.log import get_logger
 
 try:
     import fcntl
@@ -79,14 +81,6 @@ log = get_logger(__name__)
 #: Ranks of one run start profiling within this of each other (the job's launch skew and the
 #: schedule's wait steps); a trace farther from the others' median start is another run's.
 SAME_RUN_WINDOW_NS = 30 * 60 * 10**9
-
-
-#: The trace files read, and the suffixes ``polyprof convert`` writes.
-TRACE_SUFFIXES = (".json", ".json.gz", ".parquet")
-
-
-class TraceDirectoryError(PolyprofError, ValueError):
-    """A directory of traces cannot be listed."""
 
 
 class NoTracesError(PolyprofError, ValueError):
@@ -133,33 +127,6 @@ class RankSet:
     def backend(self) -> str | None:
         backends = {r.backend for r in self.ranks}
         return backends.pop() if len(backends) == 1 else None
-
-
-def trace_suffix(path: str) -> str | None:
-    """``.json``, ``.json.gz`` or ``.parquet`` when ``path`` ends in one (any case), else None."""
-    lowered = path.lower()
-    for suffix in (".json.gz", ".json", ".parquet"):
-        if lowered.endswith(suffix):
-            return suffix
-    return None
-
-
-def sources_of(paths: list[str]) -> list[str]:
-    """The trace files named: files as given, directories' trace files (not recursive), sorted."""
-    found: list[str] = []
-    for path in paths:
-        if os.path.isdir(path):
-            try:
-                listed = os.listdir(path)
-            except OSError as exc:
-                raise TraceDirectoryError(
-                    f"cannot list the directory {path!r}: {exc.strerror or exc}"
-                ) from exc
-            names = sorted(n for n in listed if trace_suffix(n) and not n.startswith("."))
-            found.extend(os.path.join(path, n) for n in names)
-        else:
-            found.append(path)
-    return found
 
 
 def _top_level(parquet: str) -> tuple[dict[str, Any], int]:
@@ -498,16 +465,12 @@ def sigterm_exits() -> Iterator[None]:
 
 __all__ = [
     "SAME_RUN_WINDOW_NS",
-    "TRACE_SUFFIXES",
     "NoTracesError",
     "ParquetWriteError",
     "RankSet",
     "RankTrace",
     "Skipped",
-    "TraceDirectoryError",
     "collect_rank_set",
     "sigterm_exits",
-    "sources_of",
     "temporary_parquet_dir",
-    "trace_suffix",
 ]

@@ -38,9 +38,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from polyprof._log import get_logger
 from polyprof.errors import PolyprofError, ProfilerDisabledError
 from polyprof.exporting import export_trace  # at import: the first export should not pay for it
+from polyprof.log import get_logger
 
 log = get_logger(__name__)
 

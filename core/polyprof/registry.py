@@ -24,11 +24,14 @@ provides and whether it can run here.
 Nothing here runs at import time: no global manager exists.
 
 The manager's parts that have a job of their own live in their own modules,
-and their public names are importable from here too: which entry points load
-(``polyprof.plugin_discovery``), each plugin's record (``polyprof.plugin_info``),
-calling a hook plugin by plugin with failures isolated
-(``polyprof.plugin_calls``) and which plugin provides an activity
-(``polyprof.activity_resolution``).
+and their names are imported from there: which entry points load
+(``polyprof.plugin_discovery``), each plugin's record (``polyprof.plugin_info``)
+and calling a hook plugin by plugin with failures isolated
+(``polyprof.plugin_calls``); read from here, the names this module used to
+re-export warn until polyprof 0.3.0 (``polyprof._compat``). Which activities a
+session records, and which plugin's tracer records each, is
+``polyprof.activity_resolution``'s to decide: it asks this manager through its
+public calls, and the manager does not call it back.
 """
 
 from __future__ import annotations
@@ -45,45 +48,26 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import pluggy
 
-from polyprof import activity_resolution, hookspecs
-from polyprof._log import get_logger
-from polyprof.activity import ProfilerActivity, coerce_activity
-from polyprof.components import Aggregator, Capabilities, Exporter, Subscriber, Tracer, check_component
+# The names polyprof._compat.MOVED lists for this module are not bound here, so that reading them
+# here warns: plugin_discovery and plugin_info are used through their modules, and those names
+# are imported for annotations only.
+from polyprof import _compat, hookspecs, plugin_discovery, plugin_info
+from polyprof.activity import coerce_activity
+from polyprof.averages import Aggregator
+from polyprof.components import Capabilities, Exporter, Subscriber, Tracer, check_component
 from polyprof.errors import PluginUnavailable, PolyprofError, PolyprofWarning
-from polyprof.plugin_calls import (
-    HookCalls,
-    HookFailure,
-    PluginCallError,
-    PluginFailureWarning,
-    add_note,
-    describe_exception,
-    format_traceback,
-    short_repr,
-)
-from polyprof.plugin_discovery import (
-    ALLOW_LIST_ENV,
-    BUILTIN_PLUGINS,
-    CORE_DISTRIBUTION,
-    DISABLE_AUTOLOAD_ENV,
-    ENTRY_POINT_GROUP,
-    EntryPointCandidate,
-    PluginSelectionError,
-    builtin_entry_point,
-    canonical_name,
-    discover_entry_points,
-    discover_entry_points_once,
-    env_flag,
-    installed_distributions_key,
-    parse_allow_list,
-    plan_third_party,
-    resolve_allow_list,
-)
-from polyprof.plugin_info import PLUGIN_STATUSES, PluginInfo, PluginStatus
+from polyprof.log import get_logger
+from polyprof.plugin_calls import HookCalls, add_note, describe_exception, format_traceback, short_repr
 
 if TYPE_CHECKING:
     from polyprof.config import ProfileConfig
+    from polyprof.plugin_calls import HookFailure
+    from polyprof.plugin_discovery import EntryPointCandidate
+    from polyprof.plugin_info import PluginInfo, PluginStatus
 
 log = get_logger(__name__)
+
+__getattr__ = _compat.moved_names(__name__)
 
 #: Set to 1 to log every hook call and result (pluggy hook-call monitoring).
 TRACE_ENV: Final = "POLYPROF_TRACE_PLUGINS"
@@ -98,7 +82,8 @@ class ExporterFailedError(UnknownExporterError):
 
 
 def _core_version() -> str:
-    from polyprof import __version__
+    # The version module, not the package face: polyprof/__init__ imports every frontend.
+    from polyprof._version import __version__
 
     return __version__
 
@@ -202,7 +187,9 @@ class PolyprofPluginManager(pluggy.PluginManager):
         """Hook implementations that failed and were skipped (``isolate_errors``), oldest first."""
         return self._calls.failures()
 
-    def _hook_failed(self, plugin: str, hook: str, exc: BaseException) -> None:
+    def record_hook_failure(self, plugin: str, hook: str, exc: BaseException) -> None:
+        """Log and keep the failure of ``plugin`` in ``hook`` (``hook_failures``): for a caller that
+        checks a hook's answers itself (``polyprof.activity_resolution.collector_activities``)."""
         self._calls.record_failure(plugin, hook, exc)
 
     def distribution_of(self, name: str) -> str | None:
@@ -245,7 +232,7 @@ class PolyprofPluginManager(pluggy.PluginManager):
 
     def load_entry_point(self, candidate: EntryPointCandidate, *, builtin: bool | None = None) -> PluginInfo:
         """Import and register one entry point, guarded; returns its record."""
-        base = PluginInfo(
+        base = plugin_info.PluginInfo(
             name=candidate.name,
             module=candidate.value,
             distribution=candidate.distribution,
@@ -304,7 +291,7 @@ class PolyprofPluginManager(pluggy.PluginManager):
             name = unique
         elif name in self._infos:
             raise ValueError(f"a plugin named {name!r} is already registered; pick another name")
-        base = PluginInfo(
+        base = plugin_info.PluginInfo(
             name=name, module=_module_of(plugin), distribution=None, version=None, status="loaded"
         )
         return self._register_guarded(plugin, base)
@@ -505,7 +492,14 @@ class PolyprofPluginManager(pluggy.PluginManager):
         or, with ``isolate_errors``, logged, recorded (``hook_failures``) and
         skipped. ``PluginUnavailable`` marks the plugin unavailable and skips it.
         """
-        return list(self._iter_each(hook_name, kwargs, isolate_errors=isolate_errors))
+        return list(self.iter_each(hook_name, isolate_errors=isolate_errors, **kwargs))
+
+    def iter_each(
+        self, hook_name: str, *, isolate_errors: bool = False, **kwargs: Any
+    ) -> Iterator[tuple[str, Any]]:
+        """``call_each``, lazily: each plugin is called when the iteration reaches it, so that the
+        caller can check an answer before the next plugin is asked."""
+        return self._iter_each(hook_name, kwargs, isolate_errors=isolate_errors)
 
     def _iter_each(
         self,
@@ -527,7 +521,7 @@ class PolyprofPluginManager(pluggy.PluginManager):
             except TypeError as exc:
                 if not isolate_errors:
                     raise
-                self._hook_failed(plugin, hook_name, exc)  # all or nothing from this plugin
+                self.record_hook_failure(plugin, hook_name, exc)  # all or nothing from this plugin
                 continue
             found.extend((plugin, component) for component in components)
         return found
@@ -575,87 +569,20 @@ class PolyprofPluginManager(pluggy.PluginManager):
 
     # ------------------------------------------------------------ activities
 
-    def provider_of(self, activity: Any) -> PluginInfo | None:
-        """The loaded plugin that provides ``activity`` (the last registered wins), or None."""
-        return activity_resolution.provider_of(self.plugin_infos(), activity)
+    def make_tracers(self, config: ProfileConfig, *, isolate_errors: bool = False) -> list[Tracer]:
+        """Tracers from every plugin, in pluggy's call order (``isolate_errors``: a plugin whose hook
+        raises or returns something other than tracers is skipped and recorded, ``hook_failures``).
 
-    def supported_activities(self) -> frozenset[ProfilerActivity]:
-        """Activities that some loaded plugin can record here."""
-        return activity_resolution.supported_activities(self.plugin_infos())
-
-    def check_activities(self, activities: Iterable[Any]) -> dict[ProfilerActivity, PluginInfo]:
-        """Map each activity to its provider, or raise ``ActivityUnavailableError`` saying what to do."""
-        return activity_resolution.check_activities(self.plugin_infos(), activities)
-
-    def explain_missing_activity(self, activity: ProfilerActivity) -> str:
-        """Why no loaded plugin records ``activity``, and what the user can do."""
-        return activity_resolution.explain_missing_activity(self.plugin_infos(), activity)
-
-    # ------------------------------------------------------------ components
-
-    def make_tracers(
-        self, config: ProfileConfig, *, require_all: bool = True, isolate_errors: bool = False
-    ) -> list[Tracer]:
-        """Tracers from every plugin for ``config.activities``.
-
-        Raises ``PluginCallError`` when two tracers claim the same activity or
-        name, and (with ``require_all``) ``ActivityUnavailableError`` when an
-        activity asked for has no tracer. With ``isolate_errors``, a plugin
-        whose hook raises or returns something other than tracers is skipped
-        and recorded (``hook_failures``); the activities it provides are then
-        left out rather than an error.
+        Whether two of them claim one activity, and whether every activity asked for has one, is
+        ``polyprof.activity_resolution.make_tracers``'s to check.
         """
-        failures_before = len(self.hook_failures())
-        tracers: list[Tracer] = []
-        by_activity: dict[ProfilerActivity, tuple[str, Tracer]] = {}
-        by_name: dict[str, str] = {}
-        made = self._components("polyprof_make_tracers", Tracer, config, isolate_errors=isolate_errors)
-        for plugin, tracer in made:
-            if tracer.name in by_name:
-                raise PluginCallError(
-                    f"plugins {by_name[tracer.name]!r} and {plugin!r} both returned a tracer named "
-                    f"{tracer.name!r}; tracer names must be unique per session"
-                )
-            by_name[tracer.name] = plugin
-            for activity in tracer.activities:
-                activity = coerce_activity(activity)
-                if activity in by_activity:
-                    other_plugin, other = by_activity[activity]
-                    raise PluginCallError(
-                        f"ProfilerActivity.{activity.name} is claimed by tracer {other.name!r} of plugin "
-                        f"{other_plugin!r} and by tracer {tracer.name!r} of plugin {plugin!r}; "
-                        f"uninstall one or leave it out with {ALLOW_LIST_ENV}"
-                    )
-                by_activity[activity] = (plugin, tracer)
-            tracers.append(tracer)
-        if require_all:
-            failed = {f.plugin for f in self.hook_failures()[failures_before:]}
-            activity_resolution.check_tracers_cover(
-                self.plugin_infos(), config.activities, by_activity, failed
-            )
-        return tracers
+        return [tracer for _, tracer in self.tracers_by_plugin(config, isolate_errors=isolate_errors)]
 
-    def torch_collector_activities(
+    def tracers_by_plugin(
         self, config: ProfileConfig, *, isolate_errors: bool = False
-    ) -> frozenset[str]:
-        """The union of the activities plugins ask torch's collector to record.
-
-        From ``polyprof_torch_collector_activities``, once per session.
-
-        Raises ``PluginCallError`` for an answer that is not a collection of
-        ``torch.profiler.ProfilerActivity`` member names; with ``isolate_errors``
-        that plugin's answer (or exception) is skipped and recorded instead.
-        """
-        hook = "polyprof_torch_collector_activities"
-        names: set[str] = set()
-        for plugin, answer in self._iter_each(hook, {"config": config}, isolate_errors=isolate_errors):
-            try:
-                names.update(activity_resolution.check_collector_answer(plugin, answer))
-            except PluginCallError as exc:
-                if not isolate_errors:
-                    raise
-                self._hook_failed(plugin, hook, exc)
-        return frozenset(names)
+    ) -> list[tuple[str, Tracer]]:
+        """``make_tracers``, each tracer with the plugin that made it: ``[(plugin, tracer), ...]``."""
+        return self._components("polyprof_make_tracers", Tracer, config, isolate_errors=isolate_errors)
 
     def make_subscribers(self, config: ProfileConfig, *, isolate_errors: bool = False) -> list[Subscriber]:
         """Subscribers from every plugin, in pluggy's call order (``isolate_errors``: as ``make_tracers``)."""
@@ -727,7 +654,7 @@ class PolyprofPluginManager(pluggy.PluginManager):
                     add_note(exc, f"returned from polyprof_make_exporter(name={name!r})")
                     if not isolate_errors:
                         raise
-                    self._hook_failed(plugin, hook, exc)
+                    self.record_hook_failure(plugin, hook, exc)
                     continue
                 self._remember_origin(plugin, [exporter])
                 with self._lock:
@@ -823,17 +750,21 @@ def make_plugin_manager(
     """
     pm = PolyprofPluginManager()
     pm.add_hookspecs(hookspecs)
-    if env_flag(TRACE_ENV, given=pm.load_warnings):
+    if plugin_discovery.env_flag(TRACE_ENV, given=pm.load_warnings):
         pm.enable_hook_logging()
     pm.hook.polyprof_addhooks.call_historic(kwargs={"pluginmanager": pm})
 
     autoload = (
-        not env_flag(DISABLE_AUTOLOAD_ENV, given=pm.load_warnings) if autoload is None else bool(autoload)
+        not plugin_discovery.env_flag(plugin_discovery.DISABLE_AUTOLOAD_ENV, given=pm.load_warnings)
+        if autoload is None
+        else bool(autoload)
     )
-    allowed = parse_allow_list(os.environ.get(ALLOW_LIST_ENV) if allow is None else allow)
-    allow_source = ALLOW_LIST_ENV if allow is None else "the allow-list"
+    allowed = plugin_discovery.parse_allow_list(
+        os.environ.get(plugin_discovery.ALLOW_LIST_ENV) if allow is None else allow
+    )
+    allow_source = plugin_discovery.ALLOW_LIST_ENV if allow is None else "the allow-list"
 
-    candidates = discover_entry_points_once() if entry_points else []
+    candidates = plugin_discovery.discover_entry_points_once() if entry_points else []
     core = {c.name: c for c in candidates if c.builtin}
     third_party = sorted(
         (c for c in candidates if not c.builtin), key=lambda c: (c.name, c.distribution or "")
@@ -841,21 +772,27 @@ def make_plugin_manager(
 
     if builtins:
         version = _core_version()
-        builtin_names = dict(BUILTIN_PLUGINS)
+        builtin_names = dict(plugin_discovery.BUILTIN_PLUGINS)
         if autoload:  # a newer core may declare built-ins this module does not list yet
             builtin_names.update({name: c.value for name, c in core.items()})
         for name, module in builtin_names.items():
             candidate = core.get(name) if autoload else None
             if candidate is None:  # autoload off, or no core metadata: load by module path
-                candidate = EntryPointCandidate(
-                    name, module, CORE_DISTRIBUTION, version, builtin_entry_point(name, module)
+                candidate = plugin_discovery.EntryPointCandidate(
+                    name,
+                    module,
+                    plugin_discovery.CORE_DISTRIBUTION,
+                    version,
+                    plugin_discovery.builtin_entry_point(name, module),
                 )
             pm.load_entry_point(candidate, builtin=True)
 
     selected: set[EntryPointCandidate] = set()
     if allowed:
         # Resolved before anything third-party is imported: a refused allow-list loads nothing.
-        selected, unknown = resolve_allow_list(allowed, third_party, {*BUILTIN_PLUGINS, *core}, allow_source)
+        selected, unknown = plugin_discovery.resolve_allow_list(
+            allowed, third_party, {*plugin_discovery.BUILTIN_PLUGINS, *core}, allow_source
+        )
         if unknown:
             installed = sorted({c.name for c in third_party})
             message = (
@@ -865,8 +802,8 @@ def make_plugin_manager(
             warnings.warn(message, PolyprofWarning, stacklevel=2)
             pm.load_warnings.append(message)
 
-    taken = {info.name: info.distribution or CORE_DISTRIBUTION for info in pm.plugin_infos()}
-    plan = plan_third_party(
+    taken = {info.name: info.distribution or plugin_discovery.CORE_DISTRIBUTION for info in pm.plugin_infos()}
+    plan = plugin_discovery.plan_third_party(
         third_party,
         taken=taken,
         allowed=allowed,
@@ -880,7 +817,7 @@ def make_plugin_manager(
             pm.load_entry_point(candidate, builtin=False)
             continue
         pm._record(
-            PluginInfo(
+            plugin_info.PluginInfo(
                 name=decision.listed_as,
                 module=candidate.value,
                 distribution=candidate.distribution,
@@ -925,8 +862,11 @@ if hasattr(os, "register_at_fork"):
 def _shared_manager_key() -> tuple[Any, ...]:
     return (
         make_plugin_manager,  # replaced (tests inject their plugins so): a manager of the new one
-        installed_distributions_key(),
-        *(os.environ.get(name) for name in (DISABLE_AUTOLOAD_ENV, ALLOW_LIST_ENV, TRACE_ENV)),
+        plugin_discovery.installed_distributions_key(),
+        *(
+            os.environ.get(name)
+            for name in (plugin_discovery.DISABLE_AUTOLOAD_ENV, plugin_discovery.ALLOW_LIST_ENV, TRACE_ENV)
+        ),
     )
 
 
@@ -960,28 +900,11 @@ def forget_shared_plugin_manager() -> None:
 
 
 __all__ = [
-    "ALLOW_LIST_ENV",
-    "BUILTIN_PLUGINS",
-    "CORE_DISTRIBUTION",
-    "DISABLE_AUTOLOAD_ENV",
-    "ENTRY_POINT_GROUP",
-    "PLUGIN_STATUSES",
     "TRACE_ENV",
-    "EntryPointCandidate",
     "ExporterFailedError",
-    "HookFailure",
-    "PluginCallError",
-    "PluginFailureWarning",
-    "PluginInfo",
-    "PluginSelectionError",
     "PolyprofPluginManager",
     "UnknownExporterError",
-    "canonical_name",
-    "discover_entry_points",
-    "env_flag",
     "forget_shared_plugin_manager",
     "make_plugin_manager",
-    "parse_allow_list",
-    "resolve_allow_list",
     "shared_plugin_manager",
 ]

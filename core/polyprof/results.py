@@ -1,217 +1,53 @@
-"""A recording's results and the one route to every ``key_averages()`` table.
+"""A recording's results: ``ProfileResults``.
 
 ``ProfileResults`` is what a profiler frontend holds after recording: its
 traces (several with ``acc_events``, newest first in ``events()`` as in torch),
 ``use_device`` and the session's aggregators. Every ``key_averages()`` table
-takes one route (``average_by_key``): ``prof.key_averages()``,
+takes one route (``polyprof.event_list.average_by_key``): ``prof.key_averages()``,
 ``prof.events().key_averages()`` and the key averages of any list of a
 recording's events ask the session's aggregator named ``key_averages``,
 handing it the recording's trace, its ``EventTree`` and the rows to summarise;
 without a session (a saved trace, a list built by hand) the same rows go to
 ``polyprof.averages.summarize``, which the built-in aggregator wraps.
 
-The objects users read live in their own modules and are importable from here,
-as they always were: ``FunctionEvent`` and ``FunctionEventAvg``
-(``polyprof.function_events``), ``EventList`` (``polyprof.event_list``) and
-the installed torch's surface (``polyprof.torch_event_surface``).
+The objects users read live in their own modules: ``FunctionEvent`` and
+``FunctionEventAvg`` (``polyprof.function_events``), ``EventList``,
+``average_by_key`` and ``wrap_key_averages`` (``polyprof.event_list``) and the
+installed torch's surface (``polyprof.torch_event_surface``). Read from here,
+they warn until polyprof 0.3.0 (``polyprof._compat``).
 """
 
 from __future__ import annotations
 
-import inspect
 import threading
-import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
 
-from polyprof.averages import KEY_AVERAGES, KeyAveragesSummary, summarize
-from polyprof.event_list import EventList, check_stack_n
+# The names _compat.MOVED lists for this module are not bound here, so that reading them here warns:
+# event_list is used through its module (as ``lists``: ``ProfileResults.event_list`` is a method),
+# and the others are imported for annotations only.
+from polyprof import _compat
+from polyprof import event_list as lists
 from polyprof.events import concat
-from polyprof.function_events import (
-    AVERAGE_SUMS,
-    FLOAT_SUMS,
-    INT_ZERO_WHERE,
-    EventStore,
-    FormattedTimesMixin,
-    FunctionEvent,
-    FunctionEventAvg,
-    Interval,
-    Kernel,
-    average_of_row,
-)
-from polyprof.torch_event_surface import TorchEventSurface, probe_torch_event_surface, torch_event_surface
-from polyprof.tree import EventTree, MergedTrace, post_processing_rules, tree_for
+from polyprof.function_events import EventStore
+from polyprof.tree import EventTree, MergedTrace, tree_for
 
 if TYPE_CHECKING:
-    from polyprof.components import Aggregator
+    from polyprof.averages import Aggregator
+    from polyprof.event_list import EventList
+    from polyprof.function_events import FunctionEventAvg
     from polyprof.trace import Trace
 
-__all__ = [
-    "EventList",
-    "FormattedTimesMixin",
-    "FunctionEvent",
-    "FunctionEventAvg",
-    "Interval",
-    "Kernel",
-    "ProfileResults",
-    "TorchEventSurface",
-    "average_by_key",
-    "probe_torch_event_surface",
-    "torch_event_surface",
-    "wrap_key_averages",
-]
+__all__ = ["ProfileResults"]
 
-
-# ------------------------------------------------------------ the one route
-
-
-def wrap_key_averages(
-    summary: KeyAveragesSummary, *, profile_memory: bool = False, with_flops: bool = False
-) -> EventList:
-    """A columnar ``KeyAveragesSummary`` as torch's list of ``FunctionEventAvg``."""
-    return _wrap_summary(summary, EventStore(summary.tree), profile_memory, with_flops)
-
-
-def _wrap_summary(
-    summary: KeyAveragesSummary, store: EventStore, profile_memory: bool, with_flops: bool
-) -> EventList:
-    """``summary`` as ``FunctionEventAvg`` rows whose ``cpu_parent`` / ``cpu_children`` are ``store``'s."""
-    tree = summary.tree
-    n_stack = summary.group_by_stack_n
-    sums = {name: getattr(summary, name).tolist() for name in (*AVERAGE_SUMS, "flops")}
-    considered = summary.group_of_row >= 0
-    groups = summary.group_of_row[considered]
-    for name in FLOAT_SUMS:
-        # torch adds to an int 0: a group's sum stays an int while every value added is one
-        floats = ~INT_ZERO_WHERE[name](tree)[considered]
-        all_int = np.bincount(groups, weights=floats, minlength=len(summary)) == 0
-        values = sums[name]
-        for g in np.flatnonzero(all_int).tolist():
-            values[g] = 0
-    averages = []
-    for g, row in enumerate(summary.first_row.tolist()):
-        avg = average_of_row(store, row)
-        for name, values in sums.items():
-            setattr(avg, name, values[g])
-        # torch's key_averages blanks what it did not group by.
-        if not summary.group_by_input_shape:
-            avg.input_shapes = ""
-        if not summary.group_by_overload_name and hasattr(avg, "overload_name"):
-            avg.overload_name = ""
-        avg.stack = (avg.stack or [])[:n_stack] if n_stack > 0 else []
-        averages.append(avg)
-    return EventList(
-        averages, use_device=tree.use_device, profile_memory=profile_memory, with_flops=with_flops
-    )
-
-
-#: What each row of an aggregator's sequence needs (what ``FunctionEventAvg.add`` reads).
-_AVERAGE_ATTRIBUTES = ("key", *AVERAGE_SUMS, "flops")
-
-
-def average_by_key(
-    store: EventStore,
-    rows: np.ndarray,
-    *,
-    group_by_input_shape: bool,
-    group_by_stack_n: int,
-    group_by_overload_name: bool,
-    include_python_functions: bool | None,
-    profile_memory: bool,
-    with_flops: bool,
-) -> EventList:
-    """The one route to every ``key_averages()`` table: ``rows`` of ``store``'s tree averaged by key.
-
-    When the tree belongs to a recording whose session has an aggregator named
-    ``key_averages`` (the built-in one, or a plugin's that replaced it), that
-    aggregator answers, given the recording's trace, the tree and the rows;
-    otherwise ``polyprof.averages.summarize`` does (what the built-in returns).
-
-    :param include_python_functions: None: the installed torch's default; the
-        aggregator is always given the resolved bool.
-    :raises TypeError: the aggregator returned something that is not a
-        ``KeyAveragesSummary`` or a sequence of ``FunctionEventAvg``-like rows.
-    """
-    if include_python_functions is None:
-        include_python_functions = not post_processing_rules().key_averages_skips_python_functions
-    grouping: dict[str, Any] = {
-        "group_by_input_shape": bool(group_by_input_shape),
-        "group_by_stack_n": group_by_stack_n,
-        "group_by_overload_name": bool(group_by_overload_name),
-        "include_python_functions": bool(include_python_functions),
-    }
-    rows = np.array(rows, dtype=np.int64).reshape(-1)
-    rows.setflags(write=False)
-    results = store.results
-    aggregator = (results.aggregators or {}).get(KEY_AVERAGES) if results is not None else None
-    if aggregator is None or results is None:
-        return _wrap_summary(summarize(store.tree, rows=rows, **grouping), store, profile_memory, with_flops)
-    if _takes_tree_and_rows(aggregator):
-        result = aggregator.aggregate(results.merged_trace(), tree=store.tree, rows=rows, **grouping)
-    else:
-        result = _aggregate_the_0_1_way(aggregator, results.merged_trace(), store.tree.use_device, grouping)
-    if isinstance(result, KeyAveragesSummary):
-        # A summary of another tree (the aggregator built its own) gets views of that tree.
-        owner = store if result.tree is store.tree else EventStore(result.tree)
-        return _wrap_summary(result, owner, profile_memory, with_flops)
-    if isinstance(result, Sequence) and not isinstance(result, (str, bytes)):
-        for item in result:
-            missing = [name for name in _AVERAGE_ATTRIBUTES if not hasattr(item, name)]
-            if missing:
-                raise TypeError(
-                    f"the key_averages aggregator {type(aggregator).__name__} returned a "
-                    f"{type(item).__name__} row that lacks {missing}; expected a KeyAveragesSummary "
-                    "or a sequence of FunctionEventAvg"
-                )
-        if isinstance(result, EventList):
-            return result
-        return EventList(
-            result, use_device=store.tree.use_device, profile_memory=profile_memory, with_flops=with_flops
-        )
-    raise TypeError(
-        f"the key_averages aggregator {type(aggregator).__name__} returned {type(result).__name__}; "
-        "expected a KeyAveragesSummary or a sequence of FunctionEventAvg"
-    )
+__getattr__ = _compat.moved_names(__name__)
 
 
 def _trace_tuple(traces: Iterable[Trace]) -> tuple[Trace, ...]:
     return tuple(traces)
-
-
-def _takes_tree_and_rows(aggregator: Aggregator) -> bool:
-    """Whether ``aggregate`` takes polyprof 0.2's ``tree=`` and ``rows=`` (or any keyword)."""
-    try:
-        parameters = inspect.signature(aggregator.aggregate).parameters
-    except (TypeError, ValueError):  # a builtin or C callable: assume the current contract
-        return True
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return True
-    return "tree" in parameters and "rows" in parameters
-
-
-def _aggregate_the_0_1_way(
-    aggregator: Aggregator, trace: Trace, use_device: str | None, grouping: Mapping[str, Any]
-) -> Any:
-    """Call an aggregator written for polyprof 0.1: ``use_device=``, no tree or rows, and
-    ``include_python_functions`` only if it names it; warns once per class that this goes away."""
-    cls = type(aggregator)
-    warnings.warn(
-        f"the key_averages aggregator {cls.__module__}.{cls.__qualname__} has polyprof 0.1's "
-        "aggregate(trace, use_device=..., group_by_...) signature; polyprof 0.2 passes tree= and "
-        "rows= (docs/plugin-author-guide.md, aggregators) and will stop calling the 0.1 form in 0.3",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    options = dict(grouping)
-    if "include_python_functions" not in inspect.signature(aggregator.aggregate).parameters:
-        del options["include_python_functions"]
-    return aggregator.aggregate(trace, use_device=use_device, **options)
-
-
-# ------------------------------------------------------------ ProfileResults
 
 
 @attrs.define(eq=False)
@@ -260,7 +96,7 @@ class ProfileResults:
             return self._store
 
     def event_list(
-        self, rows: np.ndarray | None = None, *, list_type: type[EventList] = EventList
+        self, rows: np.ndarray | None = None, *, list_type: type[EventList] = lists.EventList
     ) -> EventList:
         """A new ``list_type`` (an ``EventList``) of ``rows`` of ``tree()`` (all, in tree order); shares
         ``events()``'s views."""
@@ -318,9 +154,9 @@ class ProfileResults:
         :raises ValueError: ``group_by_stack_n`` is not an int >= 0.
         :raises TypeError: the session's ``key_averages`` aggregator returned something unusable.
         """
-        check_stack_n(group_by_stack_n)
+        lists.check_stack_n(group_by_stack_n)
         store = self._event_store()
-        return average_by_key(
+        return lists.average_by_key(
             store,
             np.arange(len(store.tree), dtype=np.int64),
             group_by_input_shape=group_by_input_shape,

@@ -24,7 +24,6 @@ import attrs
 from polyprof.errors import EXIT_INTERRUPTED, PolyprofError
 
 __all__ = [
-    "EXIT_INTERRUPTED",
     "RunTarget",
     "RunUsageError",
     "ScriptOutcome",

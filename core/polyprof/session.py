@@ -16,24 +16,23 @@ from typing import Any
 
 import attrs
 
-from polyprof import activity_resolution, torch_support
-from polyprof._log import get_logger
+from polyprof import _compat, activity_resolution, torch_support, user_warnings
 from polyprof.activity import ProfilerActivity, coerce_activity
-from polyprof.activity_resolution import resolve_activities  # noqa: F401 - still importable from here
 from polyprof.attribution import link_launches
-from polyprof.bus import EventBus, Sink
-from polyprof.components import Aggregator, Exporter, Subscriber, Tracer
+from polyprof.averages import Aggregator
+from polyprof.bus import BusStatistics, EventBus, Sink
+from polyprof.components import Exporter, Subscriber, Tracer
 from polyprof.config import ProfileConfig
 from polyprof.errors import PolyprofError
 from polyprof.events import EventBatch, concat
-from polyprof.registry import HookFailure, PluginFailureWarning
+from polyprof.log import get_logger
+from polyprof.plugin_calls import HookFailure, PluginFailureWarning
+from polyprof.registry import PolyprofPluginManager
 from polyprof.trace import Trace
-from polyprof.user_warnings import (
-    ActivityUnavailableWarning,  # noqa: F401 - still importable from here
-    user_stacklevel,
-)
 
 log = get_logger(__name__)
+
+__getattr__ = _compat.moved_names(__name__)  # the names that moved away: _compat.MOVED
 
 
 class TraceCollector(Sink):
@@ -64,7 +63,7 @@ def _warn_plugin_failures(failures: Iterable[HookFailure]) -> None:
     The registry logged each one (``plugin_hook_failed``, with the traceback).
     """
     for failure in failures:
-        warnings.warn(failure.message, PluginFailureWarning, stacklevel=user_stacklevel())
+        warnings.warn(failure.message, PluginFailureWarning, stacklevel=user_warnings.user_stacklevel())
 
 
 def _connect_torch_result_tracers(tracers: list[Tracer]) -> None:
@@ -92,12 +91,12 @@ class Session:
     """Plugins, bus and components for one profiler object."""
 
     config: ProfileConfig
-    plugin_manager: Any
+    plugin_manager: PolyprofPluginManager
     tracers: list[Tracer]
     subscribers: list[Subscriber]
     aggregators: Mapping[str, Aggregator]
     collector: TraceCollector
-    bus: Any
+    bus: EventBus
     #: True when it uses the process's shared plugin manager (``polyprof.registry.shared_plugin_manager``),
     #: False for one its caller passed in and closes.
     shares_plugin_manager: bool = False
@@ -147,7 +146,9 @@ class Session:
             raise
 
     @classmethod
-    def _build(cls, pm: Any, config: ProfileConfig, bus: EventBus, *, shares_pm: bool) -> Session:
+    def _build(
+        cls, pm: PolyprofPluginManager, config: ProfileConfig, bus: EventBus, *, shares_pm: bool
+    ) -> Session:
         # One plugin's broken hook must not cost every profile: it is skipped, logged and warned about.
         made = activity_resolution.make_tracers(pm, config)
         seen = len(pm.hook_failures())
@@ -336,7 +337,7 @@ class Session:
             f"polyprof: {who} failed in {step}() ({error}); the recording keeps the other tracers' "
             "events, and its own may be missing or incomplete",
             PluginFailureWarning,
-            stacklevel=user_stacklevel(),
+            stacklevel=user_warnings.user_stacklevel(),
         )
         return f"{who} failed in {step}() ({error}); its events may be missing or incomplete"
 
@@ -362,7 +363,7 @@ class Session:
                 f"polyprof: tracer {name!r} failed to decode what it recorded; its events are missing from "
                 "the results (the error is in the 'polyprof.bus' log)",
                 RuntimeWarning,
-                stacklevel=user_stacklevel(),
+                stacklevel=user_warnings.user_stacklevel(),
             )
         return failed
 
@@ -482,7 +483,7 @@ class Session:
                 _warn_plugin_failures(pm.hook_failures()[seen:])
         return exporter
 
-    def statistics(self) -> Any:
+    def statistics(self) -> BusStatistics:
         return self.bus.statistics()
 
     def close(self) -> None:

@@ -97,18 +97,19 @@ from typing import Any
 
 import attrs
 
-from polyprof._log import get_logger
 from polyprof.autograd_profile import KinetoRequiredError
 from polyprof.errors import PolyprofError, ProfilerDisabledError
+from polyprof.log import get_logger
 from polyprof.shim_arguments import remember_torch_class
-from polyprof.shim_classes import AutogradProfile, TorchProfile, legacy_profile_class
+from polyprof.shim_classes import AutogradProfile, LegacyProfile, TorchProfile
 
 log = get_logger(__name__)
 
-__all__ = [  # and LegacyProfile, built on first access (it needs polyprof.legacy)
+__all__ = [
     "AutogradProfile",
     "Binding",
     "KinetoRequiredError",
+    "LegacyProfile",
     "ProfilerDisabledError",
     "TorchMissingError",
     "TorchProfile",
@@ -122,15 +123,6 @@ __all__ = [  # and LegacyProfile, built on first access (it needs polyprof.legac
 
 class TorchMissingError(PolyprofError, ImportError):
     """The shims were asked for, but torch cannot be imported."""
-
-
-def __getattr__(name: str) -> Any:  # PEP 562: LegacyProfile is built when polyprof.legacy is first needed
-    if name == "LegacyProfile":
-        cls = legacy_profile_class()
-        if cls is None:
-            raise AttributeError("polyprof.shim.LegacyProfile needs polyprof.legacy, which is not installed")
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ------------------------------------------------------------------ binding records
@@ -237,21 +229,17 @@ def install() -> None:
         modules = _import_torch_modules()
         from polyprof.itt import emit_itt
 
-        replacements = {
+        replacements: dict[str, Any] = {  # kind (as in _NAMED_TARGETS) -> what replaces torch's object
             "torch": TorchProfile,
             "autograd": AutogradProfile,
-            "legacy": legacy_profile_class(),
+            "legacy": LegacyProfile,
             "itt": emit_itt,
         }
-        if replacements["legacy"] is None:
-            log.warning("legacy_shim_skipped", reason="polyprof.legacy is not installed")
         done: list[Binding] = []
         try:
             originals: dict[int, Any] = {}  # id(torch object) -> shim class
             for module_name, attr, kind in _NAMED_TARGETS:
                 replacement = replacements[kind]
-                if replacement is None:
-                    continue
                 namespace = vars(modules[module_name])
                 original = namespace[attr]
                 if kind != "itt":  # the shim classes check their arguments against torch's own class

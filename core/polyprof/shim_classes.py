@@ -4,8 +4,7 @@
 * ``AutogradProfile`` (``polyprof.autograd_profile``): torch's
   ``torch.autograd.profiler.profile`` API, composing a ``polyprof.profile``.
 * ``LegacyProfile``: ``polyprof.legacy.profile`` as
-  ``torch.autograd.profiler_legacy.profile``, built on first use (it needs
-  ``polyprof.legacy``).
+  ``torch.autograd.profiler_legacy.profile``.
 
 Each takes the arguments the installed torch's class takes
 (``polyprof.shim_arguments``). They are classes of their own, not polyprof's
@@ -17,15 +16,14 @@ them from, so ``type(prof)`` reads ``polyprof.shim.TorchProfile``.
 
 from __future__ import annotations
 
-import importlib
-import threading
 from typing import Any
 
 from polyprof.autograd_profile import AutogradProfile
+from polyprof.legacy import profile as _legacy_profile
 from polyprof.profiler import profile as _polyprof_profile
 from polyprof.shim_arguments import check_torch_arguments
 
-__all__ = ["AutogradProfile", "TorchProfile", "legacy_profile_class"]
+__all__ = ["AutogradProfile", "LegacyProfile", "TorchProfile"]
 
 #: Where users import the shim classes from (their ``__module__``).
 PUBLIC_MODULE = "polyprof.shim"
@@ -47,38 +45,15 @@ class TorchProfile(_polyprof_profile):
         return super().__new__(cls)
 
 
-_legacy_class_lock = threading.Lock()
-_legacy_class: type | None = None
+class LegacyProfile(_legacy_profile):
+    """``polyprof.legacy.profile`` as ``torch.autograd.profiler_legacy.profile`` while the shims are in place.
 
+    Accepts IPEX's ``use_xpu`` (``polyprof.shim_arguments``).
+    """
 
-def _legacy_new(cls: type, *args: Any, **kwargs: Any) -> Any:
-    if cls is _legacy_class:  # a subclass's own __init__ decides what it takes
-        check_torch_arguments("legacy", args, kwargs)
-    return object.__new__(cls)
+    __module__ = PUBLIC_MODULE
 
-
-def legacy_profile_class() -> type | None:
-    """``LegacyProfile``, made on first use; None when ``polyprof.legacy`` is not installed."""
-    global _legacy_class
-    try:
-        legacy = importlib.import_module("polyprof.legacy")
-    except ModuleNotFoundError as exc:
-        if exc.name != "polyprof.legacy":
-            raise
-        return None
-    with _legacy_class_lock:
-        if _legacy_class is None or _legacy_class.__bases__ != (legacy.profile,):
-            _legacy_class = type(
-                "LegacyProfile",
-                (legacy.profile,),
-                {
-                    "__module__": PUBLIC_MODULE,
-                    "__qualname__": "LegacyProfile",
-                    "__new__": _legacy_new,
-                    "__doc__": (
-                        "``polyprof.legacy.profile`` as ``torch.autograd.profiler_legacy.profile`` while "
-                        "the shims are installed (accepts IPEX's ``use_xpu``)."
-                    ),
-                },
-            )
-        return _legacy_class
+    def __new__(cls, *args: Any, **kwargs: Any) -> LegacyProfile:
+        if cls is LegacyProfile:  # a subclass's own __init__ decides what it takes
+            check_torch_arguments("legacy", args, kwargs)
+        return super().__new__(cls)

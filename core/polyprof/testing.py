@@ -31,7 +31,8 @@ from typing import Any
 import attrs
 
 from polyprof.activity import ProfilerActivity, coerce_activity
-from polyprof.components import Aggregator, Capabilities, Exporter, Subscriber, Tracer
+from polyprof.averages import Aggregator
+from polyprof.components import Capabilities, Exporter, Subscriber, Tracer
 from polyprof.config import ProfileConfig
 from polyprof.errors import PluginLoadError
 from polyprof.events import FIELDS, EventBatch, EventKind, concat, intern_column
@@ -317,7 +318,7 @@ class KinetoEventStandIn:
     ) -> None:
         from torch._C._autograd import DeviceType as TorchDeviceType
 
-        by_value = {int(member): member for member in TorchDeviceType.__members__.values()}
+        by_value = {int(member.value): member for member in TorchDeviceType.__members__.values()}
         self._name, self._type, self._device = name, activity_type, by_value[int(device_type)]
         self._index, self._start, self._end = device_index, start_ns, end_ns
         self._corr, self._linked, self._resource = correlation_id, linked_correlation_id, device_resource_id

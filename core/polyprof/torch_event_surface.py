@@ -17,8 +17,8 @@ from typing import Any
 
 import attrs
 
-from polyprof._log import get_logger
 from polyprof.events import DeviceType
+from polyprof.log import get_logger
 
 log = get_logger(__name__)
 

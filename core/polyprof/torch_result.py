@@ -28,13 +28,12 @@ from typing import Any
 import attrs
 import numpy as np
 
+from polyprof import _compat
+from polyprof.activity import device_for_use_device
 from polyprof.components import Tracer
 from polyprof.events import DeviceType, EventBatch, EventKind
 from polyprof.kineto_format import CATEGORY_BY_KIND, DEVICE_KINDS, FLOW_AC2G, HOST_CATEGORIES
 
-#: torch's ``ProfilerActivity`` members a device plugin may ask torch's collector for (CPU is the
-#: collector owner's own).
-TORCH_COLLECTOR_ACTIVITY_NAMES = ("CUDA", "XPU", "MTIA", "HPU", "PrivateUse1")
 #: Kineto's activity types (``_KinetoEvent.activity_type()``) of the rows the CPU tracer always
 #: owns: the trace format's host categories. It also keeps host rows of types no device tracer
 #: claims, as torch lists them.
@@ -335,7 +334,7 @@ def _as_int64(value: int) -> int:
 
 
 def kineto_device_reason(device: str, *, hint: str = "") -> str | None:
-    """None when torch sees a ``device`` ("cuda", "xpu") device and its Kineto records it, else why not.
+    """None when torch sees a ``device`` (a ``use_device``: "cuda", "xpu") and Kineto records it, else why.
 
     What ``torch.profiler.supported_activities()`` asks before it lists a
     device activity; device plugins ask it when that device is recorded or
@@ -347,7 +346,8 @@ def kineto_device_reason(device: str, *, hint: str = "") -> str | None:
     torch: Any = sys.modules.get("torch")
     if torch is None:
         import torch
-    name = device.upper()
+    row = device_for_use_device(device)
+    name = row.collector_activity if row is not None else device.upper()
     try:
         if not getattr(torch, device).is_available():
             return f"torch {torch.__version__} sees no {name} device{hint}"
@@ -442,7 +442,6 @@ class TorchCollectorOwner(abc.ABC):
 __all__ = [
     "HOST_ACTIVITY_TYPES",
     "ON_DEVICE_KINDS",
-    "TORCH_COLLECTOR_ACTIVITY_NAMES",
     "CollectorResult",
     "DeviceRowClaims",
     "FlowRule",
@@ -453,3 +452,7 @@ __all__ = [
     "device_row_kind_by_name",
     "kineto_device_reason",
 ]
+
+__getattr__ = _compat.moved_names(
+    __name__
+)  # TORCH_COLLECTOR_ACTIVITY_NAMES, now in polyprof.activity: _compat.MOVED

@@ -14,9 +14,13 @@ from __future__ import annotations
 import functools
 import re
 import warnings
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import attrs
+
+if TYPE_CHECKING:
+    from torch._C._profiler import _ExperimentalConfig
 
 #: Oldest and newest supported torch minors (inclusive): every minor in between is tested.
 SUPPORTED_MIN = (2, 6)
@@ -293,6 +297,26 @@ def experimental_option(experimental_config: Any, name: str) -> Any:
 READ_BACK_FLAGS = ("verbose", "profile_all_threads", "capture_overload_names", "trace_only")
 
 
+class _PicklableConfig(Protocol):
+    def __getstate__(self) -> tuple[object, ...]: ...
+
+
+def _config_state(config: _ExperimentalConfig) -> tuple[object, ...]:
+    """``config.__getstate__()``: its options as a tuple, in this torch's order."""
+    # cast: pybind pickles _ExperimentalConfig through a tuple on every supported torch; the
+    # stubs leave __getstate__ out.
+    return cast(_PicklableConfig, config).__getstate__()
+
+
+def _new_experimental_config(flags: Mapping[str, bool]) -> _ExperimentalConfig:
+    """``_ExperimentalConfig(**flags)``; the callers pass only bool options this torch has."""
+    from torch._C._profiler import _ExperimentalConfig
+
+    # The stubs type each option apart; these option names are known only at run time.
+    new: Callable[..., _ExperimentalConfig] = _ExperimentalConfig
+    return new(**flags)
+
+
 @functools.cache
 def _experimental_state_positions() -> dict[str, int]:
     """Where each flag sits in ``_ExperimentalConfig.__getstate__()`` on this torch.
@@ -304,12 +328,12 @@ def _experimental_state_positions() -> dict[str, int]:
     """
     from torch._C._profiler import _ExperimentalConfig
 
-    base = _ExperimentalConfig().__getstate__()
+    base = _config_state(_ExperimentalConfig())
     positions = {}
     for name in READ_BACK_FLAGS:
         if name not in installed().experimental_fields:
             continue
-        state = _ExperimentalConfig(**{name: True}).__getstate__()
+        state = _config_state(_new_experimental_config({name: True}))
         changed = [i for i, (a, b) in enumerate(zip(base, state, strict=True)) if a != b]
         if len(changed) == 1:
             positions[name] = changed[0]
@@ -321,7 +345,7 @@ def experimental_flags(experimental_config: Any) -> dict[str, bool]:
     flags = dict.fromkeys(READ_BACK_FLAGS, False)
     if experimental_config is None:
         return flags
-    state = experimental_config.__getstate__()
+    state = _config_state(experimental_config)
     for name, position in _experimental_state_positions().items():
         flags[name] = bool(state[position])
     return flags
@@ -333,8 +357,6 @@ def make_experimental_config(**flags: bool) -> Any:
     Raises ``ValueError`` for a flag set to True that this torch does not have:
     recording would silently differ from what was asked.
     """
-    from torch._C._profiler import _ExperimentalConfig
-
     fields = installed().experimental_fields
     missing = sorted(name for name, value in flags.items() if value and name not in fields)
     if missing:
@@ -342,4 +364,4 @@ def make_experimental_config(**flags: bool) -> Any:
             f"torch {installed().version_text} has no _ExperimentalConfig option {', '.join(missing)} "
             f"(its options: {', '.join(sorted(fields))})"
         )
-    return _ExperimentalConfig(**{name: value for name, value in flags.items() if name in fields})
+    return _new_experimental_config({name: value for name, value in flags.items() if name in fields})

@@ -61,9 +61,9 @@ import attrs
 import numpy as np
 
 from polyprof import torch_support
-from polyprof._log import get_logger
-from polyprof.activity import ProfilerActivity
+from polyprof.activity import DEVICES, USE_DEVICES, use_device_for_activities
 from polyprof.events import API_CALL_KINDS, FIELDS, DeviceType, EventBatch, EventKind, Interner, kind_codes
+from polyprof.log import get_logger
 from polyprof.trace import Trace
 
 if TYPE_CHECKING:
@@ -118,13 +118,17 @@ _FILTERED_STACK_ENTRIES: tuple[tuple[str, str], ...] = (
 
 #: Memory records counted as CPU memory / device memory (torch's two lists).
 _CPU_MEMORY_DEVICES = (DeviceType.CPU, DeviceType.MKLDNN, DeviceType.IDEEP)
-_DEVICE_MEMORY_DEVICES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.HIP, DeviceType.XPU)
-#: Before torch 2.8, XPU memory records counted as neither CPU nor device memory.
-_DEVICE_MEMORY_DEVICES_BEFORE_2_8 = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.HIP)
-#: Device rows that become kernels of the CPU row that launched them.
-_KERNEL_DEVICES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.XPU)
-#: Device rows whose own elapsed time is their device time.
-_TIMED_DEVICES = (DeviceType.CUDA, DeviceType.PrivateUse1, DeviceType.MTIA, DeviceType.HPU, DeviceType.XPU)
+#: The device ones are ``polyprof.activity.DEVICES``'s (``device_memory_since``).
+_DEVICE_MEMORY_DEVICES = tuple(d.device_type for d in DEVICES if d.device_memory_since is not None)
+#: Before torch 2.8 (``xpu_memory_is_device_memory``) the devices counted from 2.8 (XPU) were
+#: left out: their memory records counted as neither CPU nor device memory.
+_DEVICE_MEMORY_DEVICES_BEFORE_2_8 = tuple(
+    d.device_type for d in DEVICES if d.device_memory_since is not None and d.device_memory_since < (2, 8)
+)
+#: Device rows that become kernels of the CPU row that launched them (``Device.kernels``).
+_KERNEL_DEVICES = tuple(d.device_type for d in DEVICES if d.kernels)
+#: Device rows whose own elapsed time is their device time (``Device.timed``).
+_TIMED_DEVICES = tuple(d.device_type for d in DEVICES if d.timed)
 #: Kinds Kineto records on the host whatever device a tracer tags them with (torch counts them as CPU events).
 _HOST_CALL_KINDS = (*API_CALL_KINDS, EventKind.OVERHEAD)
 #: Kinds whose ``correlation_id`` is a device tracer's record id (CUPTI/PTI), not a torch op id.
@@ -137,15 +141,8 @@ _USER_ANNOTATION_KINDS = (EventKind.USER_ANNOTATION, EventKind.GPU_USER_ANNOTATI
 #: torch's RecordScope.BACKWARD_FUNCTION.
 _BACKWARD_SCOPE = 1
 
-#: ``use_device`` values torch accepts, in its priority order for activities.
-_USE_DEVICE_BY_ACTIVITY: tuple[tuple[ProfilerActivity, str], ...] = (
-    (ProfilerActivity.CUDA, "cuda"),
-    (ProfilerActivity.XPU, "xpu"),
-    (ProfilerActivity.MTIA, "mtia"),
-    (ProfilerActivity.HPU, "hpu"),
-    (ProfilerActivity.PrivateUse1, "privateuseone"),
-)
-VALID_USE_DEVICES: tuple[str | None, ...] = (None, *(d for _, d in _USE_DEVICE_BY_ACTIVITY))
+#: ``use_device`` values torch accepts (``polyprof.activity.USE_DEVICES``), and None.
+VALID_USE_DEVICES: tuple[str | None, ...] = (None, *USE_DEVICES)
 
 #: From 3.12 CPython's ``sum`` of floats is Neumaier-compensated.
 _COMPENSATED_SUM = sys.version_info >= (3, 12)
@@ -261,10 +258,7 @@ def post_processing_rules() -> PostProcessingRules:
 
 def use_device_for(config: ProfileConfig) -> str | None:
     """torch's ``use_device`` for the recorded activities (CUDA > XPU > MTIA > HPU > PrivateUse1)."""
-    for activity, device in _USE_DEVICE_BY_ACTIVITY:
-        if activity in config.activities:
-            return device
-    return None
+    return use_device_for_activities(config.activities)
 
 
 # ------------------------------------------------------------------ names
@@ -550,10 +544,6 @@ def _frozen(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
-def _array_field() -> Any:
-    return attrs.field(converter=_frozen, repr=False)
-
-
 #: Per-row attributes only ``FunctionEvent`` views read; computed on first use
 #: (``EventTree.column``) so a table never decodes the columns a tracer deferred.
 LAZY_COLUMNS: tuple[str, ...] = (
@@ -595,47 +585,47 @@ class EventTree:
     #: The ``use_device`` the device totals were computed for (None: all 0, as in torch).
     use_device: str | None
     #: Per row: index of the trace (in ``EventTree.concat`` order; 0 for one trace) and of the event in it.
-    trace_index: np.ndarray = _array_field()
-    source: np.ndarray = _array_field()
+    trace_index: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    source: np.ndarray = attrs.field(converter=_frozen, repr=False)
     #: True for torch's synthetic top-level ``[memory]`` / ``[OutOfMemory]`` rows.
-    synthetic: np.ndarray = _array_field()
+    synthetic: np.ndarray = attrs.field(converter=_frozen, repr=False)
     #: For synthetic rows, their order of creation (their id is the largest event id + 1 + this).
-    synthetic_rank: np.ndarray = _array_field()
-    key: np.ndarray = _array_field()
+    synthetic_rank: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    key: np.ndarray = attrs.field(converter=_frozen, repr=False)
     keys: tuple[str, ...] = attrs.field(repr=False)
-    trace_name: np.ndarray = _array_field()
+    trace_name: np.ndarray = attrs.field(converter=_frozen, repr=False)
     trace_names: tuple[str, ...] = attrs.field(repr=False)
-    kind: np.ndarray = _array_field()
-    start_us: np.ndarray = _array_field()
-    end_us: np.ndarray = _array_field()
+    kind: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    start_us: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    end_us: np.ndarray = attrs.field(converter=_frozen, repr=False)
     #: torch's thread id (a runtime call takes the thread of the op that launched it).
-    thread: np.ndarray = _array_field()
-    is_async: np.ndarray = _array_field()
-    is_user_annotation: np.ndarray = _array_field()
-    device_type: np.ndarray = _array_field()
-    flops: np.ndarray = _array_field()
-    input_shapes: np.ndarray = _array_field()
+    thread: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    is_async: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    is_user_annotation: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    device_type: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    flops: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    input_shapes: np.ndarray = attrs.field(converter=_frozen, repr=False)
     shapes: tuple[tuple, ...] = attrs.field(repr=False)
     #: Stacks after torch's frame filter and backward-stack propagation.
-    stack: np.ndarray = _array_field()
+    stack: np.ndarray = attrs.field(converter=_frozen, repr=False)
     stacks: tuple[tuple[str, ...], ...] = attrs.field(repr=False)
-    overload: np.ndarray = _array_field()
+    overload: np.ndarray = attrs.field(converter=_frozen, repr=False)
     overloads: tuple[str, ...] = attrs.field(repr=False)
-    parent: np.ndarray = _array_field()
+    parent: np.ndarray = attrs.field(converter=_frozen, repr=False)
     #: Children per row (CSR, row order): ``children[children_indptr[r]:children_indptr[r + 1]]``.
-    children_indptr: np.ndarray = _array_field()
-    children: np.ndarray = _array_field()
+    children_indptr: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    children: np.ndarray = attrs.field(converter=_frozen, repr=False)
     #: Kernels per row (CSR, torch's order): rows of the device events each op launched.
-    kernel_indptr: np.ndarray = _array_field()
-    kernel_rows: np.ndarray = _array_field()
-    cpu_time_total: np.ndarray = _array_field()
-    self_cpu_time_total: np.ndarray = _array_field()
-    cpu_memory_usage: np.ndarray = _array_field()
-    device_memory_usage: np.ndarray = _array_field()
-    self_cpu_memory_usage: np.ndarray = _array_field()
-    self_device_memory_usage: np.ndarray = _array_field()
-    device_time_total: np.ndarray = _array_field()
-    self_device_time_total: np.ndarray = _array_field()
+    kernel_indptr: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    kernel_rows: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    cpu_time_total: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    self_cpu_time_total: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    cpu_memory_usage: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    device_memory_usage: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    self_cpu_memory_usage: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    self_device_memory_usage: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    device_time_total: np.ndarray = attrs.field(converter=_frozen, repr=False)
+    self_device_time_total: np.ndarray = attrs.field(converter=_frozen, repr=False)
     #: Where lazy columns come from: the trace's batch, or the trees this one concatenates.
     batch: EventBatch | None = attrs.field(default=None, repr=False)
     parts: tuple[EventTree, ...] = attrs.field(default=(), repr=False)
@@ -998,7 +988,7 @@ class _Builder:
         mem = np.flatnonzero(name_col == mem_id)
         oom = np.flatnonzero(name_col == oom_id)
 
-        device_memory_devices = _DEVICE_MEMORY_DEVICES
+        device_memory_devices: tuple[DeviceType, ...] = _DEVICE_MEMORY_DEVICES
         if not self.rules.xpu_memory_is_device_memory:
             device_memory_devices = _DEVICE_MEMORY_DEVICES_BEFORE_2_8
 

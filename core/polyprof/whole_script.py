@@ -30,10 +30,10 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
-from polyprof._log import get_logger
 from polyprof.activity import ProfilerActivity
 from polyprof.distributed import default_worker_name, rank_of_trace
 from polyprof.exporting import export_trace
+from polyprof.log import get_logger
 from polyprof.profiler import ACC_EVENTS_WARNING
 from polyprof.run_options import RunOptions
 from polyprof.run_target import RunTarget

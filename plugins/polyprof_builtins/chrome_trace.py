@@ -57,7 +57,6 @@ import numpy as np
 import orjson
 
 from polyprof import native_reader
-from polyprof._log import get_logger
 from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES, ProfilerActivity
 from polyprof.components import Capabilities, Exporter
 from polyprof.config import ProfileConfig
@@ -99,6 +98,7 @@ from polyprof.kineto_format import (
     trace_name,
     trimonth_base_ns,
 )
+from polyprof.log import get_logger
 from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, CONFIG_FLAG_KEYS, Trace
 
 log = get_logger(__name__)
@@ -625,8 +625,8 @@ def _lane_metadata(
     """process_name / labels / sort index and thread_name / sort index events."""
     lines: list[str] = []
 
-    def meta(*fields: Any) -> str:
-        return _metadata_event_text(*fields, layout=layout)
+    def meta(name: str, ts: str, pid: int, tid: int, key: str, value: str) -> str:
+        return _metadata_event_text(name, ts, pid, tid, key, value, layout=layout)
 
     host = _kind_mask(cols.kind, HOST_KINDS)
     # The Python frames of a thread torch never saw run (one blocked in a wait all along) come

@@ -42,16 +42,18 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
-from polyprof._log import get_logger
-from polyprof.components import Capabilities, Exporter
-from polyprof.errors import PluginUnavailable
-from polyprof.events import EventKind
-from polyprof.fileio import atomic_writer
-from polyprof.hookspecs import hookimpl
+from polyprof.plugin import (
+    Capabilities,
+    EventKind,
+    Exporter,
+    PluginUnavailable,
+    atomic_writer,
+    get_logger,
+    hookimpl,
+)
 
 if TYPE_CHECKING:
-    from polyprof.config import ProfileConfig
-    from polyprof.trace import Trace
+    from polyprof.plugin import ProfileConfig, Trace
 
 log = get_logger(__name__)
 

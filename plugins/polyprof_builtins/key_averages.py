@@ -1,4 +1,4 @@
-"""The built-in ``key_averages`` aggregator: an adapter over ``polyprof.averages.summarize``.
+"""The built-in ``key_averages`` aggregator: an adapter over ``polyprof.plugin.summarize``.
 
 Every ``key_averages()`` table (``prof.key_averages()``,
 ``prof.events().key_averages()``, the legacy profile's, the autograd shim's)
@@ -14,14 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from polyprof.averages import KEY_AVERAGES, KeyAveragesSummary, summarize
-from polyprof.components import Aggregator, Capabilities
-from polyprof.hookspecs import hookimpl
+from polyprof.plugin import KEY_AVERAGES, Aggregator, Capabilities, KeyAveragesSummary, hookimpl, summarize
 
 if TYPE_CHECKING:
-    from polyprof.config import ProfileConfig
-    from polyprof.trace import Trace
-    from polyprof.tree import EventTree
+    from polyprof.plugin import EventTree, ProfileConfig, Trace
 
 __all__ = ["NAME", "KeyAverages"]
 
@@ -30,7 +26,7 @@ _OPTIONS = ("group_by_input_shape", "group_by_stack_n", "group_by_overload_name"
 
 
 class KeyAverages(Aggregator):
-    """torch's ``key_averages`` of the rows it is given (``polyprof.averages.summarize``)."""
+    """torch's ``key_averages`` of the rows it is given (``polyprof.plugin.summarize``)."""
 
     name = NAME
 

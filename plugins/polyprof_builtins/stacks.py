@@ -1,7 +1,7 @@
-"""The built-in ``stacks`` exporter: an adapter over ``polyprof.collapsed_stacks``.
+"""The built-in ``stacks`` exporter: an adapter over ``polyprof.plugin.collapsed_stack_lines``.
 
 Writes torch's collapsed-stack text (``export_stacks``) for a finished trace:
-see ``polyprof.collapsed_stacks`` for the format and the metrics. Stacks need
+see ``polyprof.collapsed_stacks`` (its home) for the format and the metrics. Stacks need
 ``with_stack=True`` and, as in torch, ``_ExperimentalConfig(verbose=True)``;
 without them the file is empty. The file is written atomically; a path ending
 in ``.gz`` is gzip-compressed.
@@ -9,17 +9,23 @@ in ``.gz`` is gzip-compressed.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
-from polyprof._log import get_logger
-from polyprof.collapsed_stacks import collapsed_stack_lines, metric_attribute, write_lines
-from polyprof.components import Capabilities, Exporter
-from polyprof.hookspecs import hookimpl
-from polyprof.tree import tree_for, use_device_for
+from polyprof.plugin import (
+    Capabilities,
+    Exporter,
+    atomic_writer,
+    collapsed_stack_lines,
+    get_logger,
+    hookimpl,
+    metric_attribute,
+    tree_for,
+    use_device_for,
+)
 
 if TYPE_CHECKING:
-    from polyprof.config import ProfileConfig
-    from polyprof.trace import Trace
+    from polyprof.plugin import ProfileConfig, Trace
 
 log = get_logger(__name__)
 
@@ -59,7 +65,9 @@ class StacksExporter(Exporter):
         if use_device is _DERIVE:
             use_device = use_device_for(trace.config)
         lines = collapsed_stack_lines(tree_for(trace, use_device), metric)
-        written = write_lines(path, lines)
+        with atomic_writer(path) as f:
+            f.write("".join(lines))
+        written = os.fspath(path)
         log.debug("stacks_exported", path=written, lines=len(lines), metric=metric)
         return written
 

@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from polyprof import native_reader, torch_support
-from polyprof._log import get_logger
 from polyprof._memory import release_free_heap_in_background
 from polyprof.activity import ProfilerActivity
 from polyprof.components import Capabilities, Tracer
@@ -46,18 +45,18 @@ from polyprof.kineto_format import (
     KinetoArgsText,
     kineto_args_column,
 )
+from polyprof.log import get_logger
 from polyprof.memory_timeline import keeps_memory_profile
-from polyprof.registry import PluginFailureWarning
+from polyprof.plugin_calls import PluginFailureWarning
 from polyprof.result_rows import UNDECODABLE_NAME, ResultRows, safe_text
 from polyprof.result_rows import accessor as _accessor
-from polyprof.session import user_stacklevel
 from polyprof.torch_result import (
     CollectorResult,
     DeviceRowClaims,
     TorchCollectorOwner,
     TorchResultTracer,
 )
-from polyprof.user_warnings import ProfilerStoppedOutsideWarning
+from polyprof.user_warnings import ProfilerStoppedOutsideWarning, user_stacklevel
 from polyprof_builtins import own_frames
 
 log = get_logger(__name__)
@@ -115,7 +114,7 @@ def _trace_args_column(rows: ResultRows) -> tuple[np.ndarray, tuple]:
     for queue in pending.values():
         queue.reverse()  # popped from the end: first in the list, first matched
     texts = (
-        _pop_match(queue, name)[1] if (queue := pending.get(start)) else None
+        _pop_match(waiting, name)[1] if (waiting := pending.get(start)) else None
         for name, start in zip(_kineto_names(rows), rows.column("start_ns", "int64").tolist(), strict=True)
     )
     return kineto_args_column(texts, rows.count)
@@ -288,7 +287,7 @@ class SavedKinetoTrace:
         for queue in pending.values():
             queue.reverse()  # popped from the end: first in the file, first matched
         matched = [
-            _pop_match(queue, name)[1] if (queue := pending.get(start)) else None
+            _pop_match(waiting, name)[1] if (waiting := pending.get(start)) else None
             for name, start in zip(
                 _kineto_names(rows), rows.column("start_ns", "int64").tolist(), strict=True
             )
@@ -369,7 +368,7 @@ AUTOGRAD_LINKS = (
     ("fwd_thread", "fwd_thread_id", "int64"),
     ("scope", "scope", "int8"),
 )
-#: Values only ``FunctionEvent`` attributes read (polyprof.results), deferred like the scalars and
+#: Values only ``FunctionEvent`` attributes read (polyprof.function_events), deferred like the scalars and
 #: decoded where the installed torch has the accessor: (field, accessor, recorded only with shapes).
 DEFERRED_STRUCTURED = (
     ("concrete_inputs", "concrete_inputs", True),
@@ -457,7 +456,9 @@ class _DeferredDecoder:
             elif self._with_args:
                 columns["args"] = _trace_args_column(rows)
             if "args" in columns and self._reparented is not None and len(self._reparented[0]):
-                columns["args"] = _with_python_parents(*columns["args"], *self._reparented)
+                indices, table = columns["args"]
+                assert table is not None  # an interned column: the args always come with their table
+                columns["args"] = _with_python_parents(indices, table, *self._reparented)
         return columns
 
 
@@ -760,7 +761,7 @@ def _decode_now(
         "is_async": rows.column("is_async", "bool") | (thread != end_thread),
     }
     tables: dict[str, tuple] = {"name": names}
-    deferred_scalars = DEFERRED_SCALARS
+    deferred_scalars: tuple[tuple[str, str, str], ...] = DEFERRED_SCALARS
     if config.with_stack:
         for field, accessor, dtype in AUTOGRAD_LINKS:
             columns[field] = rows.column(accessor, dtype)
@@ -789,6 +790,7 @@ def _decode_now(
             map(own_frames.without_own_frames, stack_table)
         )  # one pass per distinct stack
         python = np.flatnonzero(kind == EventKind.PYTHON_FUNCTION)
+        python_rows: ResultRows | None  # let go of below, with its event wrappers
         python_rows = rows.take(python)
         for col in ("python_id", "python_parent_id"):
             values = np.full(n, -1, dtype=np.int64)
@@ -1234,7 +1236,9 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         activity_filter = {} if cpu_filter is None else {TorchActivity.CPU: set(cpu_filter)}
         # torch 2.15+ also passes its profiler extensions; polyprof takes none (they configure torch's own
         # CUDA metrics profiler, polyprof.autograd_profile refuses them), so they are empty as in torch
-        extensions = {"profiler_extensions": {}} if features.prepare_takes_profiler_extensions else {}
+        extensions: dict[str, dict[str, object]] = (
+            {"profiler_extensions": {}} if features.prepare_takes_profiler_extensions else {}
+        )
         _prepare_profiler(self._cfg, self._torch_activities, activity_filter=activity_filter, **extensions)
 
     def start(self) -> None:

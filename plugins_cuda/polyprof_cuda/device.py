@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Any
 
-from polyprof.log import get_logger
+from polyprof.plugin import get_logger
 
 log = get_logger(__name__)
 

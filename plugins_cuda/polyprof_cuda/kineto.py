@@ -31,10 +31,17 @@ import os
 import re
 from typing import Any
 
-from polyprof.activity import ProfilerActivity
-from polyprof.events import DeviceType, EventBatch, EventKind
-from polyprof.kineto_format import kind_by_activity_type
-from polyprof.torch_result import CollectorResult, TorchResultTracer, decode_device_rows, kineto_device_reason
+from polyprof.plugin import (
+    CollectorResult,
+    DeviceType,
+    EventBatch,
+    EventKind,
+    ProfilerActivity,
+    TorchResultTracer,
+    decode_device_rows,
+    kind_by_activity_type,
+    kineto_device_reason,
+)
 from polyprof_cuda.device import DeviceInfo, cuda_initialized
 
 SOURCE = "cuda_kineto"
@@ -183,7 +190,7 @@ class KinetoCudaTracer(TorchResultTracer):
 
 
 def decode_cuda_rows(result: CollectorResult, *, pid: int) -> EventBatch:
-    """The CUDA rows of ``result`` as one batch (``polyprof.torch_result.decode_device_rows``)."""
+    """The CUDA rows of ``result`` as one batch (``polyprof.plugin.decode_device_rows``)."""
     return decode_device_rows(
         result,
         source=SOURCE,

@@ -8,7 +8,7 @@ CUDA is unavailable, as torch.profiler's is on a CPU build. There is no CUPTI tr
 polyprof's own: it cannot be made safe with the Python bindings that exist (docs/cuda.md).
 
 Deciding imports neither torch nor libcupti: torch's build is read from its package files
-(``polyprof.torch_support.installed_build``), the CUPTI version from the metadata of the CUPTI
+(``polyprof.plugin.installed_build``), the CUPTI version from the metadata of the CUPTI
 wheel torch's CUDA wheels pin. Whether a device is visible is asked when CUDA is recorded
 (``polyprof_cuda.kineto.kineto_mode_reason``), as torch.profiler asks it.
 """
@@ -24,8 +24,7 @@ from typing import Literal
 
 import attrs
 
-from polyprof import torch_support
-from polyprof.torch_support import TorchBuild
+from polyprof.plugin import TorchBuild, installed_build
 
 KINETO: Literal["kineto"] = "kineto"
 
@@ -47,7 +46,7 @@ def current_mode() -> CudaMode:
     """The mode of this process (cached: torch's build does not change mid-run)."""
     with _lock:
         if "mode" not in _cached:
-            _cached["mode"] = choose_mode(torch_support.installed_build(), installed_cupti_version)
+            _cached["mode"] = choose_mode(installed_build(), installed_cupti_version)
         return _cached["mode"]
 
 

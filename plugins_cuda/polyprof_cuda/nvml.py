@@ -33,10 +33,15 @@ from typing import Any
 import attrs
 import numpy as np
 
-from polyprof.components import Tracer
-from polyprof.events import DeviceType, EventBatch, EventKind
-from polyprof.log import get_logger
-from polyprof.user_warnings import ActivityUnavailableWarning, user_stacklevel
+from polyprof.plugin import (
+    ActivityUnavailableWarning,
+    DeviceType,
+    EventBatch,
+    EventKind,
+    Tracer,
+    get_logger,
+    user_stacklevel,
+)
 
 log = get_logger(__name__)
 

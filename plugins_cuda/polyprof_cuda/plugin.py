@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from polyprof.activity import ProfilerActivity
-from polyprof.components import Capabilities, Tracer
-from polyprof.config import ProfileConfig
-from polyprof.hookspecs import hookimpl
+from polyprof.plugin import Capabilities, ProfileConfig, ProfilerActivity, Tracer, hookimpl
 from polyprof_cuda import kineto, mode, nvml
 
 

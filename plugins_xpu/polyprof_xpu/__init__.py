@@ -6,6 +6,6 @@ build of torch records XPU through its Kineto, and polyprof decodes those rows
 (docs/xpu.md says why there is no direct PTI mode).
 """
 
-__version__ = "0.2.0"
+__version__ = "0.2.1"
 
 __all__ = ["__version__"]

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from polyprof.log import get_logger
+from polyprof.plugin import get_logger
 
 log = get_logger(__name__)
 

@@ -4,7 +4,7 @@ torch's Kineto owns Intel PTI in an XPU build of torch: its XPU session
 registers PTI's callbacks when torch's collector is prepared. So polyprof-xpu
 never calls PTI: it asks torch's collector for ``ProfilerActivity.XPU``
 (``polyprof_torch_collector_activities``) and decodes the XPU rows of torch's
-result (``polyprof.torch_result.decode_device_rows``): kernels, copies, fills,
+result (``polyprof.plugin.decode_device_rows``): kernels, copies, fills,
 the runtime (SYCL) and driver (Level Zero) calls, synchronization and PTI's
 overhead rows, with the links torch made. The CPU tracer leaves those rows
 out (``claimed_activity_types``; before torch 2.12, ``host_row_kind``).
@@ -18,10 +18,17 @@ import os
 import re
 import sys
 
-from polyprof.activity import ProfilerActivity
-from polyprof.events import DeviceType, EventBatch, EventKind
-from polyprof.kineto_format import kind_by_activity_type
-from polyprof.torch_result import CollectorResult, TorchResultTracer, decode_device_rows, kineto_device_reason
+from polyprof.plugin import (
+    CollectorResult,
+    DeviceType,
+    EventBatch,
+    EventKind,
+    ProfilerActivity,
+    TorchResultTracer,
+    decode_device_rows,
+    kind_by_activity_type,
+    kineto_device_reason,
+)
 
 SOURCE = "xpu_kineto"
 #: Kineto's activity type -> polyprof's kind, for the rows polyprof-xpu decodes ("kernel",

@@ -9,7 +9,7 @@
   its own (docs/xpu.md, "Why there is no direct PTI mode").
 
 Deciding never imports torch or initialises a device: torch's build is read
-from its package files (``polyprof.torch_support.installed_build``).
+from its package files (``polyprof.plugin.installed_build``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Literal
 
 import attrs
 
-from polyprof.torch_support import TorchBuild
+from polyprof.plugin import TorchBuild
 
 KINETO: Literal["kineto"] = "kineto"
 _INSTALL_XPU_TORCH = (

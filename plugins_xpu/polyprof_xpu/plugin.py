@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from polyprof import torch_support
-from polyprof.activity import ProfilerActivity
-from polyprof.components import Capabilities, Tracer
-from polyprof.config import ProfileConfig
-from polyprof.hookspecs import hookimpl
+from polyprof.plugin import Capabilities, ProfileConfig, ProfilerActivity, Tracer, hookimpl, installed_build
 from polyprof_xpu import env, kineto, mode
 
 #: What the plugin found and did to the environment when it loaded.
@@ -23,7 +19,7 @@ TRACING_ENVIRONMENT = env.configure()
 
 
 def current_mode() -> mode.XpuMode:
-    return mode.choose_mode(torch_support.installed_build())
+    return mode.choose_mode(installed_build())
 
 
 def unavailable_reason(*, ask_torch: bool = True) -> str | None:

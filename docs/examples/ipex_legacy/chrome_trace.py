@@ -13,7 +13,7 @@ which prints the profiler's class, is added.
 
 import torch
 
-input_tensor = torch.randn(1024, dtype=torch.float32, device='cpu')
+input_tensor = torch.randn(1024, dtype=torch.float32, device="cpu")
 
 with torch.autograd.profiler_legacy.profile(use_xpu=False) as prof:
     output_tensor_1 = torch.nonzero(input_tensor)

@@ -18,7 +18,7 @@ included:
 
 import torch
 
-input_tensor = torch.randn(1024, dtype=torch.float32, device='cpu')
+input_tensor = torch.randn(1024, dtype=torch.float32, device="cpu")
 
 with torch.autograd.profiler_legacy.profile(enabled=False, use_xpu=True) as prof:
     # as `enabled` is set to false, the profiler won't work on these lines of code

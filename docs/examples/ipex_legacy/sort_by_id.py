@@ -13,13 +13,13 @@ prints the profiler's class is added.
 
 import torch
 
-input_tensor = torch.randn(1024, dtype=torch.float32, device='cpu')
+input_tensor = torch.randn(1024, dtype=torch.float32, device="cpu")
 
 with torch.autograd.profiler_legacy.profile(use_xpu=False) as prof:
     output_tensor_1 = torch.nonzero(input_tensor)
     output_tensor_2 = torch.unique(input_tensor)
 
 # sort all called operators in reverse order
-print(prof.table(sort_by='id'))
+print(prof.table(sort_by="id"))
 
 print(f"profiled by {type(prof).__module__}.{type(prof).__qualname__}")

@@ -19,7 +19,7 @@ Adapted for a machine without an Intel GPU; the profiler calls are the guide's o
 import torch
 
 # these lines won't be profiled before enabling profiler tool
-input_tensor = torch.randn(1024, dtype=torch.float32, device='cpu')
+input_tensor = torch.randn(1024, dtype=torch.float32, device="cpu")
 
 # enable legacy profiler tool with a `with` statement
 with torch.autograd.profiler_legacy.profile(use_xpu=False) as prof:

@@ -27,7 +27,7 @@ is added so that the example ends normally.
 import torch
 from polyprof.errors import ActivityUnavailableError
 
-input_tensor = torch.randn(1024, dtype=torch.float32, device='cpu')
+input_tensor = torch.randn(1024, dtype=torch.float32, device="cpu")
 
 try:
     with torch.autograd.profiler_legacy.profile(use_xpu=True) as prof:

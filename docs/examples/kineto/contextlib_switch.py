@@ -51,11 +51,14 @@ def profiler_setup(profiling=False, *args, **kwargs):
     else:
         return contextlib.nullcontext()
 
+
 # you can pass official arguments as normal
-with profiler_setup(profiling=should_profile,
-                    activities=[ProfilerActivity.CPU],
-                    schedule=my_schedule,
-                    on_trace_ready=trace_handler) as prof:
+with profiler_setup(
+    profiling=should_profile,
+    activities=[ProfilerActivity.CPU],
+    schedule=my_schedule,
+    on_trace_ready=trace_handler,
+) as prof:
     for iter in range(len(dataloader)):
         model(input)
 

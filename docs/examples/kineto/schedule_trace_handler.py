@@ -35,22 +35,17 @@ input = torch.randn(32, 64)
 dataloader = [input] * 24
 
 # assign a customized schedule
-my_schedule = schedule(
-    skip_first=10,
-    wait=1,
-    warmup=3,
-    active=1,
-    repeat=2)
+my_schedule = schedule(skip_first=10, wait=1, warmup=3, active=1, repeat=2)
+
 
 # also define a handler for outputing results
 def trace_handler(p):
     print(p.key_averages().table(sort_by="self_xpu_time_total", row_limit=10))
     p.export(os.path.join(tempfile.gettempdir(), "trace_" + str(p.step_num) + ".json"))
 
+
 # pass customized schedule and trace handler to profiler outside the for-loop
-with profile(activities=[ProfilerActivity.CPU],
-             schedule=my_schedule,
-             on_trace_ready=trace_handler) as prof:
+with profile(activities=[ProfilerActivity.CPU], schedule=my_schedule, on_trace_ready=trace_handler) as prof:
     for iter in range(len(dataloader)):
         model(input)
         # don't forget a step() at the end of each loop

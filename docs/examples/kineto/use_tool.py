@@ -24,7 +24,7 @@ import torch
 from torch.profiler import profile, ProfilerActivity
 
 # these lines won't be profiled before enabling profiler tool
-input_tensor = torch.randn(1024, dtype=torch.float32, device='cpu')
+input_tensor = torch.randn(1024, dtype=torch.float32, device="cpu")
 
 # enable Kineto supported profiler tool with a `with` statement
 with profile(activities=[ProfilerActivity.CPU]) as prof:

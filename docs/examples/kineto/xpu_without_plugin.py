@@ -32,11 +32,10 @@ from torch.profiler import profile, ProfilerActivity
 
 from polyprof.errors import ActivityUnavailableError
 
-input_tensor = torch.randn(1024, dtype=torch.float32, device='cpu')
+input_tensor = torch.randn(1024, dtype=torch.float32, device="cpu")
 
 try:
-    with profile(activities=[ProfilerActivity.CPU,
-                             ProfilerActivity.XPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.XPU]) as prof:
         output_tensor_1 = torch.nonzero(input_tensor)
         output_tensor_2 = torch.unique(input_tensor)
     print(prof.key_averages().table())

@@ -29,8 +29,7 @@ def trace_handler(p):
     print(p.key_averages().table(sort_by="cpu_time_total", row_limit=5))
 
 
-with profile(activities=[ProfilerActivity.CPU], schedule=my_schedule,
-             on_trace_ready=trace_handler) as prof:
+with profile(activities=[ProfilerActivity.CPU], schedule=my_schedule, on_trace_ready=trace_handler) as prof:
     for step in range(8):
         with record_function("forward"):
             model(inputs)

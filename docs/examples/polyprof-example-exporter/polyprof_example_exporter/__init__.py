@@ -2,7 +2,8 @@
 
 This module is the plugin: the entry point in pyproject.toml names it, and
 polyprof registers it with pluggy, which finds the functions marked
-``@polyprof.hookimpl`` below. Hooks only build components; the work happens
+``@hookimpl`` below (``polyprof.plugin``, the namespace every name a
+plugin uses comes from). Hooks only build components; the work happens
 in ``CsvExporter.export``.
 
 Once installed, the profiler finds it by name::
@@ -11,7 +12,7 @@ Once installed, the profiler finds it by name::
         model(inputs)
     prof.export("ops.csv", format="csv")
 
-or, given any finished ``polyprof.trace.Trace``::
+or, given any finished ``polyprof.plugin.Trace``::
 
     from polyprof.registry import make_plugin_manager
 
@@ -27,13 +28,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import polyprof
-from polyprof.components import Capabilities
+from polyprof.plugin import Capabilities, hookimpl
 
 from polyprof_example_exporter.csv_exporter import COLUMNS, DEFAULT_COLUMNS, CsvExporter
 
 if TYPE_CHECKING:
-    from polyprof.config import ProfileConfig
+    from polyprof.plugin import ProfileConfig
 
 __version__ = "0.1.0"
 
@@ -41,13 +41,13 @@ __version__ = "0.1.0"
 EXPORTER_NAME = "csv"
 
 
-@polyprof.hookimpl
+@hookimpl
 def polyprof_capabilities() -> Capabilities:
     """Declare the exporter, so `polyprof plugins` lists it and errors can name it."""
     return Capabilities(exporters=(EXPORTER_NAME,))
 
 
-@polyprof.hookimpl
+@hookimpl
 def polyprof_make_exporter(config: ProfileConfig | None, name: str) -> CsvExporter | None:
     """Build the exporter when asked for ours; None lets other plugins answer."""
     if name != EXPORTER_NAME:

@@ -21,9 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from polyprof.components import Exporter
-from polyprof.events import DeviceType, EventBatch, EventKind
-from polyprof.trace import Trace
+from polyprof.plugin import DeviceType, EventBatch, EventKind, Exporter, Trace
 
 #: Where times are measured from: the trace's start, or the Unix epoch.
 TIME_ORIGINS = ("trace", "epoch")
@@ -188,7 +186,7 @@ class CsvExporter(Exporter):
                 f"CsvExporter.export got unknown options {unknown}; valid options: columns, time_origin"
             )
         if not isinstance(trace, Trace):
-            raise TypeError(f"CsvExporter.export needs a polyprof.trace.Trace, not {type(trace).__name__}")
+            raise TypeError(f"CsvExporter.export needs a polyprof.plugin.Trace, not {type(trace).__name__}")
         columns = self.columns if options.get("columns") is None else check_columns(options["columns"])
         origin = self._check_origin(options.get("time_origin", self.time_origin))
         target = os.fspath(path)

@@ -11,7 +11,7 @@ import gzip
 import os
 
 import pytest
-from polyprof.events import EventKind
+from polyprof.plugin import EventKind
 from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
 
 import polyprof_example_exporter

@@ -1,4 +1,4 @@
-"""Throughput of device attribution (``polyprof.attribution.link_launches``) on synthetic data.
+"""Throughput of device attribution (``polyprof.base.attribution.link_launches``) on synthetic data.
 
 torch has no counterpart to compare with on a machine without a GPU (its CUDA
 linking happens inside Kineto), so this reports absolute time for a size that
@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from polyprof.attribution import link_launches
-from polyprof.events import DeviceType, EventBatch, EventKind
+from polyprof.base.attribution import link_launches
+from polyprof.base.events import DeviceType, EventBatch, EventKind
 
 
 def synthetic(n: int, threads: int = 4, seed: int = 0) -> tuple[EventBatch, EventBatch]:

@@ -36,9 +36,9 @@ import torch
 from torch.profiler import profile, ProfilerActivity
 import pyarrow.parquet as pq
 import duckdb
-from polyprof import columnar
-from polyprof.chrome_reader import load_chrome_trace
-from polyprof.cli_convert import convert_file
+from polyprof.formats import columnar
+from polyprof.formats.chrome_reader import load_chrome_trace
+from polyprof.cli.cli_convert import convert_file
 
 torch.set_num_threads(1)
 n_ops, reps = int(sys.argv[1]), int(sys.argv[2])

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 import polyprof
-from polyprof.hookspecs import hookimpl
+from polyprof.hooks.hookspecs import hookimpl
 from polyprof.testing import make_plugin_manager_for_tests
 from polyprof_cuda.nvml import NvmlSampler
 

@@ -7,8 +7,8 @@ reports, each in a fresh child process (median of ``--reps``):
 
 * first export: the deferred decode of torch's args and the trace written,
 * second export: the writer alone (the columns are decoded by then),
-* read back: ``polyprof.chrome_reader.read_chrome_trace`` of that file,
-* interning: ``polyprof.events.intern_column`` over N op names (the tracers' hot path).
+* read back: ``polyprof.formats.chrome_reader.read_chrome_trace`` of that file,
+* interning: ``polyprof.base.events.intern_column`` over N op names (the tracers' hot path).
 
 Usage: python benchmarks/bench_trace_args.py [--ops 200000] [--reps 3] [--json out.json]
 """
@@ -27,8 +27,8 @@ import json, os, sys, tempfile, time
 import torch
 torch.set_num_threads(1)
 from polyprof import profile, ProfilerActivity
-from polyprof.chrome_reader import read_chrome_trace
-from polyprof.events import intern_column
+from polyprof.formats.chrome_reader import read_chrome_trace
+from polyprof.base.events import intern_column
 
 n_ops = int(sys.argv[1])
 a = torch.ones(1); b = torch.ones(1)

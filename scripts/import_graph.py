@@ -8,7 +8,7 @@ Reads the packages under core/, plugins/, plugins_cuda/ and plugins_xpu/ (tests 
 alone: nothing is imported or run. Every ``import`` or ``from ... import`` of another package module is
 an arrow, whether it runs at import time ("top"), inside a function ("local") or only for the type
 checker (under ``if TYPE_CHECKING:``, "typing"); ``from polyprof import log`` names the module
-``polyprof.log``. A package's ``__init__`` is a module of its own.
+``polyprof.base.log``. A package's ``__init__`` is a module of its own.
 
 - circles: the strongly connected components of more than one module, over all arrows; "typing-only
   circles" are those that go away when typing arrows are left out (pytest's own shape: a hook
@@ -185,9 +185,34 @@ def feedback_order(members: list[str], arrows: set[tuple[str, str]]) -> list[str
     return head + tail[::-1]
 
 
-def measure(repo: Path) -> dict:
-    modules = package_modules(repo)
-    edges = import_edges(modules)
+def room_of(module: str) -> str:
+    """The room a module stands in: its layer subpackage (``polyprof.analysis.tree`` is in
+    ``polyprof.analysis``), the module itself at the package's root, or its plugin distribution."""
+    parts = module.split(".")
+    if parts[0] != "polyprof":
+        return parts[0]
+    return ".".join(parts[:2])
+
+
+def room_edges(
+    edges: dict[tuple[str, str], dict[str, list[int]]],
+) -> dict[tuple[str, str], dict[str, list[int]]]:
+    """The arrows between rooms: every import from one room into another, with its kinds."""
+    rooms: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for (a, b), kinds in edges.items():
+        if room_of(a) != room_of(b):
+            for kind, lines in kinds.items():
+                rooms[(room_of(a), room_of(b))][kind].extend(lines)
+    return {pair: dict(kinds) for pair, kinds in rooms.items()}
+
+
+def measure(repo: Path, rooms: bool = False) -> dict:
+    """The numbers of the module graph, or (``rooms``) of the graph of rooms: subpackages drawn whole."""
+    found = package_modules(repo)
+    edges = import_edges(found)
+    modules = set(found)
+    if rooms:
+        modules, edges = {room_of(m) for m in found}, room_edges(edges)
     arrows = set(edges)
     components = strongly_connected(sorted(modules), arrows)
     circles = [members for members in components if len(members) > 1]
@@ -247,14 +272,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--circles", action="store_true", help="list each circle and its arrows")
     parser.add_argument("--json", action="store_true", help="everything, as JSON")
+    parser.add_argument(
+        "--rooms", action="store_true", help="rooms, not modules: each layer subpackage drawn whole"
+    )
     args = parser.parse_args(argv)
-    result = measure(args.repo)
+    result = measure(args.repo, rooms=args.rooms)
     if args.json:
         json.dump(result, sys.stdout, indent=1)
         print()
         return 0
     print(
-        f"modules {result['modules']}, arrows {result['arrows']} "
+        f"{'rooms' if args.rooms else 'modules'} {result['modules']}, arrows {result['arrows']} "
         f"(top {result['arrows_by_kind']['top']}, local {result['arrows_by_kind']['local']}, "
         f"typing {result['arrows_by_kind']['typing']}), floors {result['floors']}, "
         f"arrows back up {result['arrows_back_up']} ({result['typing_arrows_back_up']} typing-only), "

@@ -84,7 +84,7 @@ fi
 main_rc=$?
 # The runs above read torch's result with polyprof's compiled reader where a C++ compiler is present
 # (tests/conftest.py); the differential subset runs once more with the pure-Python reader, the
-# fallback where none is (polyprof.native_reader).
+# fallback where none is (polyprof.native.native_reader).
 if [ -n "$MATRIX" ] && [ $# -eq 0 ]; then
     echo
     echo "=== torch 2.13.0: differential subset with the pure-Python reader ==="

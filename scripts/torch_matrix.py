@@ -92,7 +92,7 @@ try:
 except Exception as exc:
     info["import_error"] = f"import torch: {exc!r}"
 try:
-    from polyprof import torch_support
+    from polyprof.base import torch_support
     info["polyprof_unsupported_reason"] = torch_support.unsupported_reason()
 except Exception as exc:
     info["polyprof_probe_error"] = repr(exc)

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from polyprof.components import Subscriber, Tracer
-from polyprof.events import EventBatch
+from polyprof.base.events import EventBatch
+from polyprof.hooks.components import Subscriber, Tracer
 
 
 def make_batch(source: str, seq: int, size: int) -> EventBatch:

@@ -82,7 +82,7 @@ SUBSETS = {
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
 
-# Which reader of torch's raw result the tests decode with (polyprof.native_reader): the compiled
+# Which reader of torch's raw result the tests decode with (polyprof.native.native_reader): the compiled
 # one where a C++ compiler is present (built once per torch, into the repository's .cache), the
 # pure-Python one otherwise; scripts/test.sh runs the differential subset on both. Set here, at
 # import, so every profile and every child process of the run reads the same.
@@ -230,8 +230,8 @@ def gpu_present(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     torch = pytest.importorskip("torch")
     import torch.autograd.profiler as autograd_profiler
 
-    from polyprof import torch_support
-    from polyprof.registry import make_plugin_manager
+    from polyprof.base import torch_support
+    from polyprof.hooks.registry import make_plugin_manager
 
     # Installed means its entry point is (an import from an earlier test's sys.path is not).
     installed = any(ep.name == "cuda" for ep in importlib.metadata.entry_points(group="polyprof"))

@@ -22,8 +22,8 @@ def report_runner(
     """``run(*args)`` runs ``polyprof report ARGS`` through ``polyprof.cli.main``, with the report
     command registered and no input-size limit taken from the environment."""
     from polyprof import cli
-    from polyprof.chrome_reader import MAX_BYTES_ENV
-    from polyprof.cli_report import add_report_command
+    from polyprof.cli.cli_report import add_report_command
+    from polyprof.formats.chrome_reader import MAX_BYTES_ENV
 
     commands = [add for add in cli.SUBCOMMANDS if add is not add_report_command]
     monkeypatch.setattr(cli, "SUBCOMMANDS", [*commands, add_report_command])

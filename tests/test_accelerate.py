@@ -483,7 +483,7 @@ def test_gpu_activity_without_its_plugin_is_a_clear_error(
 
     torch would warn and profile the CPU only; polyprof refuses, naming what to install.
     """
-    from polyprof.errors import ActivityUnavailableError
+    from polyprof.base.errors import ActivityUnavailableError
 
     monkeypatch.setenv("POLYPROF_DISABLE_PLUGIN_AUTOLOAD", "1")  # as without polyprof-cuda installed
     with shim.shimmed(), pytest.raises(ActivityUnavailableError, match="polyprof-cuda"):

@@ -1,9 +1,9 @@
 """The ground floor and the analysis modules import only downwards (issue 25, "untie first").
 
-* ``polyprof.components`` (the interfaces plugins implement) imports nothing of the analysis
-  layer; ``Aggregator`` lives in ``polyprof.averages``, next to what it returns (its old path,
-  ``polyprof.components.Aggregator``, is ``polyprof._compat``'s: tests/test_module_jobs.py).
-* ``polyprof.events`` does not import ``polyprof.kineto_format`` (which imports it).
+* ``polyprof.hooks.components`` (the interfaces plugins implement) imports nothing of the analysis
+  layer; ``Aggregator`` lives in ``polyprof.analysis.averages``, next to what it returns (its old path,
+  ``polyprof.hooks.components.Aggregator``, is ``polyprof._compat``'s: tests/test_module_jobs.py).
+* ``polyprof.base.events`` does not import ``polyprof.base.kineto_format`` (which imports it).
 * ``function_events`` -> ``event_list`` -> ``results`` is one way: no import back, even for typing.
 
 Imports inside functions and under ``TYPE_CHECKING`` count; a module ``__getattr__`` defined as a
@@ -24,7 +24,8 @@ CORE = Path(polyprof.__file__).parent
 
 def polyprof_modules_imported(module: str) -> set[str]:
     """The ``polyprof.*`` modules that ``module``'s source imports, anywhere but a module ``__getattr__``."""
-    tree = ast.parse((CORE / f"{module}.py").read_text(encoding="utf-8"))
+    [path] = CORE.rglob(f"{module}.py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     skipped = {
         id(node)
         for top in tree.body

@@ -1,4 +1,7 @@
-"""Device activity -> launching CPU op, by time containment on the launching thread (polyprof.attribution)."""
+"""Device activity -> launching CPU op, by time containment on the launching thread.
+
+The rules are polyprof.base.attribution's.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from polyprof.attribution import link_launches
-from polyprof.events import DeviceType, EventKind, concat
+from polyprof.analysis.tree import EventTree
+from polyprof.base.attribution import link_launches
+from polyprof.base.events import DeviceType, EventKind, concat
 from polyprof.testing import make_event_batch, make_trace
-from polyprof.tree import EventTree
 
 CUDA = int(DeviceType.CUDA)
 
@@ -124,7 +127,7 @@ def test_cpu_deferred_columns_stay_deferred_without_device_launches():
         calls.append(1)
         return np.array([1]), None
 
-    from polyprof.events import EventBatch
+    from polyprof.base.events import EventBatch
 
     cpu = EventBatch.build(
         "torch_cpu",
@@ -247,8 +250,8 @@ class _FakeDevice:
 
 def test_end_to_end_device_columns_for_the_op_that_launched(tmp_path, monkeypatch):
     from polyprof import ProfilerActivity, profile
-    from polyprof.components import Capabilities
-    from polyprof.hookspecs import hookimpl
+    from polyprof.hooks.components import Capabilities
+    from polyprof.hooks.hookspecs import hookimpl
     from polyprof.testing import FakeTracer, make_plugin_manager_for_tests
 
     device = _FakeDevice()

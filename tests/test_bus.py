@@ -1,4 +1,4 @@
-"""Tests for polyprof.bus: delivery, isolation, overflow, flush, reuse, shutdown."""
+"""Tests for polyprof.runtime.bus: delivery, isolation, overflow, flush, reuse, shutdown."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from bus_fakes import FakeTracer, RecordingSubscriber, same_batches
 from hypothesis_budget import examples
-from polyprof.bus import BusStatistics, EventBus, Sink
+from polyprof.runtime.bus import BusStatistics, EventBus, Sink
 
 # ---------------------------------------------------------------------------- fixtures
 
@@ -617,9 +617,9 @@ def test_lifecycle_calls_from_inside_the_bus_are_refused(bus):
 def test_forgotten_bus_does_not_hang_interpreter_exit():
     script = (
         "import numpy as np\n"
-        "from polyprof.bus import EventBus\n"
-        "from polyprof.components import Tracer, Subscriber\n"
-        "from polyprof.events import EventBatch\n"
+        "from polyprof.runtime.bus import EventBus\n"
+        "from polyprof.hooks.components import Tracer, Subscriber\n"
+        "from polyprof.base.events import EventBatch\n"
         "class T(Tracer):\n"
         "    name = 't'\n"
         "    def start(self): pass\n"

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from bus_fakes import FakeTracer, RecordingSubscriber, same_batches
-from polyprof.bus import EventBus
+from polyprof.runtime.bus import EventBus
 
 pytestmark = [
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork"),
@@ -99,9 +99,9 @@ def test_a_forked_child_that_exits_normally_does_not_wait_on_the_bus():
     script = textwrap.dedent(
         """
         import os, sys, time
-        from polyprof.bus import EventBus
-        from polyprof.components import Subscriber, Tracer
-        from polyprof.events import EventBatch
+        from polyprof.runtime.bus import EventBus
+        from polyprof.hooks.components import Subscriber, Tracer
+        from polyprof.base.events import EventBatch
 
         class T(Tracer):
             name = "t"

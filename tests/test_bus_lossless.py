@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 
 from bus_fakes import FakeTracer, RecordingSubscriber, same_batches
 from hypothesis_budget import examples
-from polyprof.activity import ProfilerActivity
-from polyprof.bus import DEFAULT_SUBSCRIBER_DRAIN_S, EventBus, Sink
-from polyprof.components import Subscriber
-from polyprof.events import EventBatch
-from polyprof.session import Session, TraceCollector
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.events import EventBatch
+from polyprof.hooks.components import Subscriber
+from polyprof.runtime.bus import DEFAULT_SUBSCRIBER_DRAIN_S, EventBus, Sink
+from polyprof.runtime.session import Session, TraceCollector
 from polyprof.testing import ComponentPlugin, make_event_batch, make_plugin_manager_for_tests
 from polyprof.testing import FakeTracer as SessionFakeTracer
 

@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from polyprof import native_reader
-from polyprof.events import EventKind
+from polyprof.base.events import EventKind
+from polyprof.native import native_reader
 from polyprof_builtins import chrome_trace
 from polyprof_builtins.chrome_trace import render_chrome_trace
 from test_chrome_trace import batch_from_rows, event_rows, every_args_form_rows, make_trace
@@ -246,7 +246,7 @@ def test_the_formatter_follows_the_reader_choice_and_never_builds(
 def test_writing_a_trace_never_imports_torch(tmp_path: Path) -> None:
     script = (
         "import sys\n"
-        "from polyprof.events import EventKind\n"
+        "from polyprof.base.events import EventKind\n"
         "from polyprof_builtins.chrome_trace import write_chrome_trace\n"
         "from polyprof.testing import make_event_batch, make_trace\n"
         "assert 'torch' not in sys.modules, 'imported before writing'\n"

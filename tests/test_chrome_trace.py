@@ -33,17 +33,29 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from polyprof import kineto_format
-from polyprof.activity import ProfilerActivity
-from polyprof.chrome_reader import TraceFileError, load_chrome_trace, read_chrome_trace, trace_from_chrome
-from polyprof.components import Capabilities, Exporter
-from polyprof.config import ProfileConfig
-from polyprof.events import FIELDS, DeviceType, EventBatch, EventKind, intern_column, intern_structured_column
-from polyprof.fileio import OutputDirectoryMissing, OutputPermissionError
-from polyprof.kineto_format import us_to_ns
+from polyprof.analysis.tree import EventTree
+from polyprof.base import kineto_format
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.events import (
+    FIELDS,
+    DeviceType,
+    EventBatch,
+    EventKind,
+    intern_column,
+    intern_structured_column,
+)
+from polyprof.base.fileio import OutputDirectoryMissing, OutputPermissionError
+from polyprof.base.kineto_format import us_to_ns
+from polyprof.base.trace import CHROME_TRACE_RESERVED_KEYS, Trace
+from polyprof.formats.chrome_reader import (
+    TraceFileError,
+    load_chrome_trace,
+    read_chrome_trace,
+    trace_from_chrome,
+)
+from polyprof.hooks.components import Capabilities, Exporter
 from polyprof.testing import make_plugin_manager_for_tests
-from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, Trace
-from polyprof.tree import EventTree
 from polyprof_builtins import chrome_trace
 from polyprof_builtins.chrome_trace import (
     ChromeTraceExporter,
@@ -1366,7 +1378,7 @@ def torch_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     from torch.profiler import ProfilerActivity as TorchActivity
     from torch.profiler import profile
 
-    from polyprof import torch_support
+    from polyprof.base import torch_support
     from polyprof_builtins.torch_cpu import decode_result
 
     flags = dict(VARIANTS[request.param])
@@ -1719,7 +1731,7 @@ def test_end_to_end_trace_shape_matches_torchs(tmp_path: Path) -> None:
     import torch.profiler as tp
 
     import polyprof
-    from polyprof import torch_support
+    from polyprof.base import torch_support
 
     fields = torch_support.installed().experimental_fields
     flags = {"verbose": True, "capture_overload_names": "capture_overload_names" in fields}
@@ -1754,7 +1766,7 @@ def test_python_functions_torch_lists_only_in_its_trace_stay_out_of_events(torch
     polyprof's trace has them (the differential tests compare them with torch's); they are
     ``trace_only`` rows, which the tree behind ``events()`` and every table leaves out.
     """
-    from polyprof import torch_support
+    from polyprof.base import torch_support
 
     batch: EventBatch = torch_run["batch"]
     python = batch["kind"] == int(EventKind.PYTHON_FUNCTION)

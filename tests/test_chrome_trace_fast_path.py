@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from polyprof.events import EventKind
+from polyprof.base.events import EventKind
 from polyprof_builtins import chrome_trace
 from polyprof_builtins.chrome_trace import NEWEST_LAYOUT, _ArgsText, _Columns, _event_lines, _lanes
 from test_chrome_trace import batch_from_rows
@@ -47,7 +47,7 @@ class FakeEvent:
 
 def _rows(events: list[FakeEvent]) -> Any:
     """The fakes as the decoder's rows (a stand-in result is read through its accessors)."""
-    from polyprof.result_rows import ResultRows
+    from polyprof.runtime.result_rows import ResultRows
 
     class FakeResult:
         def events(self) -> list[FakeEvent]:

@@ -19,14 +19,14 @@ import pytest
 
 from polyprof import __version__
 from polyprof.cli import build_parser, format_plugin_table, main
-from polyprof.components import Capabilities
-from polyprof.plugin_discovery import ALLOW_LIST_ENV, BUILTIN_PLUGINS, DISABLE_AUTOLOAD_ENV
-from polyprof.plugin_info import PluginInfo
-from polyprof.registry import TRACE_ENV
+from polyprof.hooks.components import Capabilities
+from polyprof.hooks.plugin_discovery import ALLOW_LIST_ENV, BUILTIN_PLUGINS, DISABLE_AUTOLOAD_ENV
+from polyprof.hooks.plugin_info import PluginInfo
+from polyprof.hooks.registry import TRACE_ENV
 
 GOOD_PLUGIN = """
     from polyprof import hookimpl
-    from polyprof.components import Capabilities
+    from polyprof.hooks.components import Capabilities
 
     @hookimpl
     def polyprof_capabilities():
@@ -36,7 +36,7 @@ BROKEN_PLUGIN = """
     raise ImportError("libclifake.so: cannot open shared object file")
 """
 SHY_PLUGIN = """
-    from polyprof.errors import PluginUnavailable
+    from polyprof.base.errors import PluginUnavailable
     raise PluginUnavailable("no CliFake device present")
 """
 
@@ -270,9 +270,9 @@ def test_console_script(site_dir, tmp_path):
 
 
 def test_a_plugin_mode_is_shown_next_to_loaded() -> None:
-    from polyprof.activity import ProfilerActivity
-    from polyprof.components import Capabilities
-    from polyprof.plugin_info import PluginInfo
+    from polyprof.base.activity import ProfilerActivity
+    from polyprof.hooks.components import Capabilities
+    from polyprof.hooks.plugin_info import PluginInfo
 
     mode = "via torch's Kineto (torch 2.11.0+cu130, CUDA 13.0)"
     caps = Capabilities(activities={ProfilerActivity.CUDA}, mode=mode)
@@ -284,10 +284,10 @@ def test_a_plugin_mode_is_shown_next_to_loaded() -> None:
 
 
 def test_a_provisional_answer_is_marked_and_says_what_confirms_it() -> None:
-    from polyprof.activity import ProfilerActivity
+    from polyprof.base.activity import ProfilerActivity
     from polyprof.cli import format_provisional_notes
-    from polyprof.components import Capabilities
-    from polyprof.plugin_info import PluginInfo
+    from polyprof.hooks.components import Capabilities
+    from polyprof.hooks.plugin_info import PluginInfo
 
     caps = Capabilities(
         activities={ProfilerActivity.CUDA}, mode="via torch's Kineto", provisional="whether torch sees a GPU"

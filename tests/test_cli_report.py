@@ -31,7 +31,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from polyprof.cli_report import (
+from polyprof.analysis.table import VALID_SORT_KEYS
+from polyprof.cli.cli_report import (
     EXIT_BAD_INPUT,
     SORT_CHOICES,
     ReportOptions,
@@ -39,7 +40,6 @@ from polyprof.cli_report import (
     load_report_results,
     render_report,
 )
-from polyprof.table import VALID_SORT_KEYS
 from report_cli import CliResult, report_runner
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -493,7 +493,7 @@ _RUN_REPORT = """
 import sys
 {block}
 from polyprof import cli
-from polyprof.cli_report import add_report_command
+from polyprof.cli.cli_report import add_report_command
 if add_report_command not in cli.SUBCOMMANDS:
     cli.SUBCOMMANDS.append(add_report_command)
 code = cli.main(["report", *sys.argv[1:]])

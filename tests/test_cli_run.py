@@ -20,16 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from polyprof.cli_run import add_run_command
-from polyprof.errors import EXIT_USAGE
-from polyprof.run_options import ScheduleSpec, parse_activities, parse_schedule
-from polyprof.run_target import RunTarget, outcome_of_exit
+from polyprof.base.errors import EXIT_USAGE
+from polyprof.cli.cli_run import add_run_command
+from polyprof.cli.run_options import ScheduleSpec, parse_activities, parse_schedule
+from polyprof.cli.run_target import RunTarget, outcome_of_exit
 
 pytest.importorskip("torch")
 
 #: How the lead's brief runs the command before ``run`` is in ``polyprof.cli.SUBCOMMANDS``.
 RUN = (
-    "import polyprof.cli as c, polyprof.cli_run as r; "
+    "import polyprof.cli as c, polyprof.cli.cli_run as r; "
     "r.add_run_command in c.SUBCOMMANDS or c.SUBCOMMANDS.append(r.add_run_command); "
     "raise SystemExit(c.main())"
 )
@@ -404,12 +404,12 @@ def test_in_process_run_restores_the_interpreter_state(tmp_path, capsys, monkeyp
     assert args.handler(args) == 1
     out, err = capsys.readouterr()
     assert "KEYS ['aten::add']" in out
-    assert "started its own profiler (polyprof.profiler.profile)" in err
+    assert "started its own profiler (polyprof.frontends.profiler.profile)" in err
     assert err.rstrip().endswith("stopping with a message")
     assert sys.argv is argv and sys.path is path and sys.path == path_items
     assert sys.modules["__main__"] is main
     assert not shim.installed()
-    from polyprof.recording import recording_gate
+    from polyprof.runtime.recording import recording_gate
 
     # The run's step-aside listener is gone and nothing holds the gate.
     assert recording_gate._listeners == [] and recording_gate.current() is None

@@ -26,9 +26,10 @@ from typing import Any
 
 import pytest
 
-from polyprof import cli, cli_convert, cli_merge, cli_report, cli_run
-from polyprof.errors import EXIT_INTERRUPTED, EXIT_USAGE, PolyprofError
-from polyprof.fileio import OutputDirectoryMissing
+from polyprof import cli
+from polyprof.base.errors import EXIT_INTERRUPTED, EXIT_USAGE, PolyprofError
+from polyprof.base.fileio import OutputDirectoryMissing
+from polyprof.cli import cli_convert, cli_merge, cli_report, cli_run
 from report_cli import CliResult
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -354,7 +355,7 @@ def test_argparse_still_has_the_matcher_polyprof_sets() -> None:
 HELD_REPORT = textwrap.dedent(
     """
     import os, runpy, sys, time
-    from polyprof import cli_report
+    from polyprof.cli import cli_report
 
     real = cli_report.load_report_results
 
@@ -452,7 +453,7 @@ def test_in_this_process_ctrl_c_is_status_130(polyprof, monkeypatch) -> None:
 def test_the_exit_statuses_are_defined_once() -> None:
     defined = {
         path.name: re.findall(r"^(EXIT_\w+) = (\d+)", path.read_text(encoding="utf-8"), re.MULTILINE)
-        for path in (CORE / "polyprof").glob("*.py")
+        for path in (CORE / "polyprof").rglob("*.py")
     }
     assert {name: found for name, found in defined.items() if found} == {
         "errors.py": [("EXIT_USAGE", str(EXIT_USAGE)), ("EXIT_INTERRUPTED", str(EXIT_INTERRUPTED))]

@@ -29,7 +29,7 @@ import torch.autograd.profiler as autograd_profiler  # noqa: E402
 from torch._C import _autograd, _profiler  # noqa: E402
 
 import polyprof  # noqa: E402
-from polyprof import torch_support  # noqa: E402
+from polyprof.base import torch_support  # noqa: E402
 
 TorchActivity = torch.profiler.ProfilerActivity
 

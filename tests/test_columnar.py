@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from polyprof import columnar  # noqa: E402
-from polyprof.chrome_reader import TraceFileError, load_chrome_trace  # noqa: E402
 from polyprof.cli import main as cli_main  # noqa: E402
+from polyprof.formats import columnar  # noqa: E402
+from polyprof.formats.chrome_reader import TraceFileError, load_chrome_trace  # noqa: E402
 
 # --------------------------------------------------------------- documents
 

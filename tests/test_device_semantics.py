@@ -32,13 +32,13 @@ from hypothesis import strategies as st
 
 from hypothesis_budget import examples
 from polyprof import cli
-from polyprof.activity import ProfilerActivity
-from polyprof.attribution import link_launches
-from polyprof.chrome_reader import read_chrome_trace
-from polyprof.config import ProfileConfig
-from polyprof.events import DeviceType, EventKind, concat
+from polyprof.analysis.tree import EventTree, PostProcessingRules
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.attribution import link_launches
+from polyprof.base.config import ProfileConfig
+from polyprof.base.events import DeviceType, EventKind, concat
+from polyprof.formats.chrome_reader import read_chrome_trace
 from polyprof.testing import make_event_batch, make_trace
-from polyprof.tree import EventTree, PostProcessingRules
 
 US = 1_000
 BASE_NS = 1_700_000_000 * 10**9

@@ -1,4 +1,4 @@
-"""polyprof.activity.DEVICES: the device vocabulary, one row per device, that every layer reads.
+"""polyprof.base.activity.DEVICES: the device vocabulary, one row per device, that every layer reads.
 
 The tables the layers kept before (``DISTRIBUTION_FOR_ACTIVITY``, Kineto's
 device names, the tree's device lists, ``use_device``, ...) are now derived
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from polyprof import activity, autograd_profile, chrome_reader, kineto_format, tree
-from polyprof.activity import (
+from polyprof.analysis import tree
+from polyprof.base import activity, kineto_format
+from polyprof.base.activity import (
     DEVICES,
     ProfilerActivity,
     device_for_activity,
@@ -27,8 +28,10 @@ from polyprof.activity import (
     device_for_use_device,
     use_device_for_activities,
 )
-from polyprof.config import ProfileConfig
-from polyprof.events import DeviceType, EventKind
+from polyprof.base.config import ProfileConfig
+from polyprof.base.events import DeviceType, EventKind
+from polyprof.formats import chrome_reader
+from polyprof.frontends import autograd_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -214,7 +217,8 @@ def _vocabulary() -> tuple[set[str], set[str]]:
 
 def _device_spellings(module: str) -> set[str]:
     """The device names a module's code spells (docstrings and comments left out)."""
-    syntax = ast.parse((ROOT / "core" / "polyprof" / f"{module}.py").read_text())
+    [path] = (ROOT / "core" / "polyprof").rglob(f"{module}.py")
+    syntax = ast.parse(path.read_text())
     docstrings = {
         id(node.body[0].value)
         for node in ast.walk(syntax)
@@ -241,7 +245,7 @@ def test_no_consumer_spells_a_device(module: str) -> None:
     found = _device_spellings(module)
     assert found <= allowed, (
         f"polyprof.{module} spells devices itself: {sorted(found - allowed)}; derive them from "
-        "polyprof.activity.DEVICES (or name the exception in NOT_TABLE_FACTS, with why)"
+        "polyprof.base.activity.DEVICES (or name the exception in NOT_TABLE_FACTS, with why)"
     )
     assert allowed <= found, (
         f"NOT_TABLE_FACTS names what polyprof.{module} no longer spells: {allowed - found}"
@@ -250,7 +254,7 @@ def test_no_consumer_spells_a_device(module: str) -> None:
 
 # ------------------------------------------------- a changed row reaches everyone
 
-#: Run in a fresh interpreter: polyprof.activity is executed with DEVICES amended right after its
+#: Run in a fresh interpreter: polyprof.base.activity is executed with DEVICES amended right after its
 #: assignment (HPU's row renamed to a "gaudi" device with a distribution and host-call types,
 #: MTIA's row removed), then every consumer is imported and asked.
 _AMENDED_TABLE = textwrap.dedent(
@@ -259,7 +263,7 @@ _AMENDED_TABLE = textwrap.dedent(
     import attrs
 
     SPEC = importlib.util.find_spec("polyprof")
-    PATH = SPEC.submodule_search_locations[0] + "/activity.py"
+    PATH = SPEC.submodule_search_locations[0] + "/base/activity.py"
 
     def amend(devices):
         hpu = next(d for d in devices if d.device_type.name == "HPU")
@@ -288,17 +292,21 @@ _AMENDED_TABLE = textwrap.dedent(
 
     class Finder(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):
-            if name == "polyprof.activity":
+            if name == "polyprof.base.activity":
                 return importlib.util.spec_from_file_location(name, PATH, loader=Loader())
             return None
 
     sys.meta_path.insert(0, Finder())
 
-    from polyprof import activity, activity_resolution, autograd_profile, chrome_reader, kineto_format, tree
-    from polyprof.activity import ProfilerActivity as PA
-    from polyprof.config import ProfileConfig
-    from polyprof.events import DeviceType as DT, EventKind
-    from polyprof.plugin_calls import PluginCallError
+    from polyprof.base import activity, kineto_format
+    from polyprof.hooks import activity_resolution
+    from polyprof.frontends import autograd_profile
+    from polyprof.formats import chrome_reader
+    from polyprof.analysis import tree
+    from polyprof.base.activity import ProfilerActivity as PA
+    from polyprof.base.config import ProfileConfig
+    from polyprof.base.events import DeviceType as DT, EventKind
+    from polyprof.hooks.plugin_calls import PluginCallError
 
     assert len(activity.DEVICES) == 5
     assert activity.DISTRIBUTION_FOR_ACTIVITY[PA.HPU] == "polyprof-gaudi"

@@ -118,7 +118,7 @@ def test_memory_and_flops(model) -> None:
     # records in exact ns (2.11+). Before, torch rounds each op's window through float µs (to
     # 256 ns at today's timestamps), so whether an allocation at an op's edge counts differs from
     # run to run for torch itself; test_results.py compares both on the same raw result instead.
-    from polyprof.tree import post_processing_rules
+    from polyprof.analysis.tree import post_processing_rules
 
     exact_windows = not post_processing_rules().memory_window_through_us
     for key in ("aten::conv2d", "aten::mm", "aten::addmm") if exact_windows else ():
@@ -150,7 +150,7 @@ def threaded_workload(record_function) -> None:
 def test_multithreaded_profile_all_threads() -> None:
     from torch._C._profiler import _ExperimentalConfig
 
-    from polyprof import torch_support
+    from polyprof.base import torch_support
 
     if "profile_all_threads" not in torch_support.installed().experimental_fields:
         pytest.skip(f"torch {torch.__version__} has no _ExperimentalConfig(profile_all_threads=...)")

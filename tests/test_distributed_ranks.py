@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from polyprof.distributed import RankOfProcess, default_worker_name, rank_of_process, rank_of_trace
+from polyprof.base.distributed import RankOfProcess, default_worker_name, rank_of_process, rank_of_trace
 
 pytest.importorskip("torch")
 

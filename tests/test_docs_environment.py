@@ -80,8 +80,8 @@ def test_the_guides_table_names_no_variable_polyprof_does_not_read() -> None:
 
 
 def test_the_defaults_in_the_table_are_the_codes() -> None:
-    from polyprof.chrome_reader import DEFAULT_MAX_BYTES
-    from polyprof.exporting import EXPORT_TIMEOUT_BASE_S, EXPORT_TIMEOUT_PER_EVENT_S
+    from polyprof.formats.chrome_reader import DEFAULT_MAX_BYTES
+    from polyprof.runtime.exporting import EXPORT_TIMEOUT_BASE_S, EXPORT_TIMEOUT_PER_EVENT_S
 
     table = guide_table()
     assert str(DEFAULT_MAX_BYTES) in table["POLYPROF_REPORT_MAX_BYTES"][0]

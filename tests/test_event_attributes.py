@@ -21,13 +21,17 @@ from typing import Any
 
 import pytest
 
-from polyprof.activity import ProfilerActivity as PA
-from polyprof.config import ProfileConfig
-from polyprof.event_list import EventList
-from polyprof.function_events import FunctionEvent, FunctionEventAvg
-from polyprof.results import ProfileResults
-from polyprof.torch_event_surface import TorchEventSurface, probe_torch_event_surface, torch_event_surface
-from polyprof.trace import Trace
+from polyprof.analysis.event_list import EventList
+from polyprof.analysis.function_events import FunctionEvent, FunctionEventAvg
+from polyprof.analysis.results import ProfileResults
+from polyprof.analysis.torch_event_surface import (
+    TorchEventSurface,
+    probe_torch_event_surface,
+    torch_event_surface,
+)
+from polyprof.base.activity import ProfilerActivity as PA
+from polyprof.base.config import ProfileConfig
+from polyprof.base.trace import Trace
 from polyprof_builtins.torch_cpu import decode_result
 
 torch = pytest.importorskip("torch")
@@ -35,7 +39,7 @@ from torch._C._profiler import _ExperimentalConfig  # noqa: E402
 from torch.autograd import profiler_util  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
-from polyprof.torch_support import installed  # noqa: E402
+from polyprof.base.torch_support import installed  # noqa: E402
 
 FEATURES = installed()
 

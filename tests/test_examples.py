@@ -225,8 +225,8 @@ def test_legacy_disabled_raises_a_clear_error(runs: dict[str, Run]) -> None:
     assert run.returncode == 1
     assert profiled_by(run) == "polyprof.shim.LegacyProfile"
     assert (
-        "polyprof.errors.ProfilerDisabledError: key_averages(): the profiler was disabled (enabled=False)"
-        in (run.stderr)
+        "polyprof.base.errors.ProfilerDisabledError: key_averages(): "
+        "the profiler was disabled (enabled=False)" in run.stderr
     )
     assert "ActivityUnavailableError" not in run.stderr  # use_xpu=True needs no plugin when disabled
     # The script's stdout has no table: the disabled profiler printed nothing. The script started

@@ -23,8 +23,8 @@ import torch
 
 import polyprof
 from polyprof import ProfilerActivity
-from polyprof.components import Exporter
-from polyprof.exporting import (
+from polyprof.hooks.components import Exporter
+from polyprof.runtime.exporting import (
     EXPORT_TIMEOUT_BASE_S,
     EXPORT_TIMEOUT_ENV,
     EXPORT_TIMEOUT_PER_EVENT_S,
@@ -184,7 +184,7 @@ def test_deadline_default_scales_with_the_trace(monkeypatch: pytest.MonkeyPatch)
 HANGING_SCRIPT = """
     import threading
     import polyprof, torch
-    from polyprof.components import Exporter
+    from polyprof.hooks.components import Exporter
     from polyprof.testing import ComponentPlugin, make_plugin_manager_for_tests
 
     class Hang(Exporter):

@@ -31,21 +31,22 @@ import pytest
 import structlog
 
 import polyprof
-from polyprof import exporting, plugin_discovery
-from polyprof.activity import ProfilerActivity
-from polyprof.components import Exporter
-from polyprof.errors import PolyprofError, PolyprofWarning
-from polyprof.exporting import export_trace
-from polyprof.fileio import WriteCancellation, WriteCancelled, atomic_writer, cancellable_writes
-from polyprof.plugin_calls import PluginFailureWarning
-from polyprof.plugin_discovery import ALLOW_LIST_ENV, DISABLE_AUTOLOAD_ENV
-from polyprof.registry import (
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.errors import PolyprofError, PolyprofWarning
+from polyprof.base.fileio import WriteCancellation, WriteCancelled, atomic_writer, cancellable_writes
+from polyprof.hooks import plugin_discovery
+from polyprof.hooks.components import Exporter
+from polyprof.hooks.plugin_calls import PluginFailureWarning
+from polyprof.hooks.plugin_discovery import ALLOW_LIST_ENV, DISABLE_AUTOLOAD_ENV
+from polyprof.hooks.registry import (
     TRACE_ENV,
     UnknownExporterError,
     forget_shared_plugin_manager,
     make_plugin_manager,
     shared_plugin_manager,
 )
+from polyprof.runtime import exporting
+from polyprof.runtime.exporting import export_trace
 from polyprof.testing import (
     ComponentPlugin,
     FakeTracer,
@@ -230,7 +231,7 @@ class TwoFileExporter(Exporter):
         self.cancellation: WriteCancellation | None = None
 
     def export(self, trace: Any, path: str, **options: Any) -> str:
-        from polyprof import fileio
+        from polyprof.base import fileio
 
         self.cancellation = fileio._cancellation.get()  # the test waits until the caller has cancelled it
         with atomic_writer(path) as out:
@@ -290,7 +291,7 @@ class LateAtomicExporter(Exporter):
         self.cancellation: WriteCancellation | None = None
 
     def export(self, trace: Any, path: str, **options: Any) -> str:
-        from polyprof import fileio
+        from polyprof.base import fileio
 
         self.cancellation = fileio._cancellation.get()
         self.started.set()
@@ -377,7 +378,7 @@ def test_a_write_that_ends_after_the_interrupts_wait_is_logged_as_such(
 #: A tracer that fails in the step named by the module's last word (pp_h3_tracer_<step>).
 FAILING_TRACER = """
     from polyprof import hookimpl
-    from polyprof.components import Capabilities
+    from polyprof.hooks.components import Capabilities
     from polyprof.testing import FakeTracer
 
     class Fails(FakeTracer):
@@ -396,7 +397,7 @@ FAILING_TRACER = """
 #: Declares the exporter "faulty" and fails to make it.
 FAULTY_EXPORTER = """
     from polyprof import hookimpl
-    from polyprof.components import Capabilities
+    from polyprof.hooks.components import Capabilities
 
     @hookimpl
     def polyprof_capabilities():
@@ -419,7 +420,7 @@ UNDECLARED_FAULTY_EXPORTER = """
 
 REAL_CUDA = """
     from polyprof import hookimpl
-    from polyprof.components import Capabilities
+    from polyprof.hooks.components import Capabilities
 
     @hookimpl
     def polyprof_capabilities():
@@ -556,7 +557,7 @@ def test_matching_suffixes_and_torch_style_names_still_write(tmp_path: Path) -> 
     import gzip
 
     pytest.importorskip("pyarrow")
-    from polyprof.columnar import read_parquet_table
+    from polyprof.formats.columnar import read_parquet_table
 
     prof = recorded(make_plugin_manager(entry_points=False))
     parquet = prof.export(tmp_path / "T.Parquet", format="parquet")
@@ -609,7 +610,7 @@ def test_every_other_format_writes_any_name(tmp_path: Path) -> None:
 
 
 def test_the_known_trace_suffixes_are_the_builtin_exporters_own() -> None:
-    from polyprof.exporting import TRACE_FORMAT_SUFFIXES
+    from polyprof.runtime.exporting import TRACE_FORMAT_SUFFIXES
     from polyprof_builtins.chrome_trace import ChromeTraceExporter
     from polyprof_builtins.parquet_trace import ParquetTraceExporter
 
@@ -667,7 +668,7 @@ def test_a_third_party_tracer_failing_to_begin_costs_only_its_own_events(
         activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], plugin_manager=make_plugin_manager()
     )
     with (
-        caplog.at_level(logging.ERROR, logger="polyprof.session"),
+        caplog.at_level(logging.ERROR, logger="polyprof.runtime.session"),
         warnings.catch_warnings(record=True) as record,
     ):
         warnings.simplefilter("always")

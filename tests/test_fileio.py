@@ -1,4 +1,4 @@
-"""Atomic file writing and early output-path checks (polyprof.fileio)."""
+"""Atomic file writing and early output-path checks (polyprof.base.fileio)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from polyprof import fileio
-from polyprof.errors import PolyprofError
-from polyprof.fileio import (
+from polyprof.base import fileio
+from polyprof.base.errors import PolyprofError
+from polyprof.base.fileio import (
     OutputDirectoryMissing,
     OutputNameTooLong,
     OutputNotADirectory,
@@ -359,7 +359,7 @@ def test_a_write_in_progress_keeps_its_temp_while_others_write_alongside(tmp_pat
 
 WRITER = """
 import sys, time
-from polyprof.fileio import atomic_writer
+from polyprof.base.fileio import atomic_writer
 
 with atomic_writer(sys.argv[1]) as f:
     f.write('{"traceEvents": [')

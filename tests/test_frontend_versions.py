@@ -30,9 +30,10 @@ from torch.autograd import profiler_legacy  # noqa: E402
 from torch.autograd.profiler import KinetoStepTracker  # noqa: E402
 
 import polyprof  # noqa: E402
-from polyprof import shim, torch_support  # noqa: E402
-from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES  # noqa: E402
-from polyprof.profiler import activity_rules  # noqa: E402
+from polyprof import shim  # noqa: E402
+from polyprof.base import torch_support  # noqa: E402
+from polyprof.base.activity import CPU_GROUP_ACTIVITY_TYPES  # noqa: E402
+from polyprof.frontends.profiler import activity_rules  # noqa: E402
 
 PA = tp.ProfilerActivity
 REPO = Path(__file__).resolve().parents[1]
@@ -131,7 +132,7 @@ def test_constructs_and_steps_without_torch() -> None:
 import sys
 sys.modules["torch"] = None  # import torch raises ImportError, as on a machine without it
 import polyprof
-from polyprof.profiler import activity_rules, parse_activities
+from polyprof.frontends.profiler import activity_rules, parse_activities
 CPU = polyprof.ProfilerActivity.CPU
 prof = polyprof.profile(activities=[CPU], schedule=polyprof.schedule(wait=1, warmup=1, active=1))
 assert prof._step_tracker is None and prof.step_num == 0

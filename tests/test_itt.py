@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 import polyprof
 import polyprof.itt as pitt
 from hypothesis_budget import examples
-from polyprof.errors import PluginUnavailable
-from polyprof.events import EventKind
+from polyprof.base.errors import PluginUnavailable
+from polyprof.base.events import EventKind
 from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
 from polyprof_builtins import itt_export
 from polyprof_builtins.itt_export import END, IttExporter, replay_plan
@@ -582,7 +582,7 @@ def test_itt_exporter_replays_profile_into_collector(collector: Path, tmp_path: 
         tmp_path,
         """
         import json, torch, polyprof
-        from polyprof.events import EventKind
+        from polyprof.base.events import EventKind
         from polyprof_builtins import itt_export
         from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
 

@@ -1,7 +1,7 @@
 """Kineto's activity types as polyprof reads them, checked against Kineto itself.
 
-The GPU plugins' ``KIND_BY_ACTIVITY_TYPE`` and ``polyprof.torch_result``'s
-``HOST_ACTIVITY_TYPES`` come from ``polyprof.kineto_format``, so comparing them
+The GPU plugins' ``KIND_BY_ACTIVITY_TYPE`` and ``polyprof.runtime.torch_result``'s
+``HOST_ACTIVITY_TYPES`` come from ``polyprof.base.kineto_format``, so comparing them
 with the format module shows nothing. The oracle here is Kineto: its names for
 the activity types (libkineto's ``ActivityType.cpp``, the ``cat`` of each event
 it writes), the categories of real Kineto GPU traces, and the activity types
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from polyprof import kineto_format, torch_result
-from polyprof.events import DeviceType, EventKind
+from polyprof.base import kineto_format
+from polyprof.base.events import DeviceType, EventKind
+from polyprof.runtime import torch_result
 
 KINETO_GPU_TRACES = sorted((Path(__file__).parent / "data" / "kineto_gpu").glob("*.json.gz"))
 

@@ -1,4 +1,4 @@
-"""polyprof.kineto_format: the one definition of the Chrome / Kineto trace format.
+"""polyprof.base.kineto_format: the one definition of the Chrome / Kineto trace format.
 
 The writer (the "chrome" exporter) and the reader (``polyprof report``) both
 take the format from this module; these tests write traces, read them back
@@ -19,12 +19,11 @@ import numpy as np
 import pytest
 import structlog
 
-from polyprof import events as events_module
-from polyprof import kineto_format
-from polyprof.activity import ProfilerActivity
-from polyprof.chrome_reader import read_chrome_trace
-from polyprof.config import ProfileConfig
-from polyprof.events import (
+from polyprof.base import events as events_module
+from polyprof.base import kineto_format
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.events import (
     FIELDS,
     DeviceType,
     EventBatch,
@@ -33,7 +32,7 @@ from polyprof.events import (
     intern_column,
     intern_structured_column,
 )
-from polyprof.kineto_format import (
+from polyprof.base.kineto_format import (
     Arg,
     KinetoArgsText,
     args_mapping,
@@ -42,7 +41,8 @@ from polyprof.kineto_format import (
     kind_of_category,
     kineto_args_column,
 )
-from polyprof.trace import Trace
+from polyprof.base.trace import Trace
+from polyprof.formats.chrome_reader import read_chrome_trace
 from polyprof_builtins.chrome_trace import render_chrome_trace, write_chrome_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -270,10 +270,10 @@ def test_flow_categories_and_lane_labels_are_the_formats(tmp_path: Path) -> None
 #: Modules that write, read or record the format (and so once held copies of its tables).
 FORMAT_USERS = [
     ROOT / "plugins/polyprof_builtins/chrome_trace.py",
-    ROOT / "core/polyprof/chrome_reader.py",
+    ROOT / "core/polyprof/formats/chrome_reader.py",
     ROOT / "plugins/polyprof_builtins/torch_cpu.py",
-    ROOT / "core/polyprof/events.py",
-    ROOT / "core/polyprof/tree.py",
+    ROOT / "core/polyprof/base/events.py",
+    ROOT / "core/polyprof/analysis/tree.py",
 ]
 
 
@@ -312,7 +312,7 @@ def test_no_category_or_args_key_is_spelled_outside_the_format_module(path: Path
     names = _format_names()
     found = [(line, text) for line, text in _code_strings(path) if text in names]
     assert not found, (
-        f"{path.name} spells format names itself (take them from polyprof.kineto_format): {found}"
+        f"{path.name} spells format names itself (take them from polyprof.base.kineto_format): {found}"
     )
 
 
@@ -324,7 +324,7 @@ def test_the_gpu_plugins_activity_types_are_the_formats() -> None:
 
 
 def test_torch_results_host_activity_types_are_the_formats() -> None:
-    from polyprof import torch_result
+    from polyprof.runtime import torch_result
 
     assert torch_result.HOST_ACTIVITY_TYPES == kineto_format.HOST_CATEGORIES
 
@@ -439,7 +439,7 @@ def test_the_interner_adds_unseen_values_through_getitem() -> None:
 
 
 def test_the_tree_and_the_torch_tracer_use_the_shared_interner() -> None:
-    from polyprof import tree
+    from polyprof.analysis import tree
     from polyprof_builtins import torch_cpu
 
     assert tree.Interner is Interner
@@ -447,7 +447,7 @@ def test_the_tree_and_the_torch_tracer_use_the_shared_interner() -> None:
 
 
 def test_category_by_kind_has_one_home() -> None:
-    # polyprof.events no longer imports it (issue 25: that tied events and kineto_format into a
+    # polyprof.base.events no longer imports it (issue 25: that tied events and kineto_format into a
     # circle); its old path warns until 0.3.0 (polyprof._compat, tests/test_module_jobs.py).
     assert "CATEGORY_BY_KIND" not in vars(events_module)
     assert "CATEGORY_BY_KIND" in vars(kineto_format)

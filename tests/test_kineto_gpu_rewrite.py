@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from polyprof.chrome_reader import load_chrome_trace, trace_from_chrome
+from polyprof.formats.chrome_reader import load_chrome_trace, trace_from_chrome
 from polyprof_builtins.chrome_trace import write_chrome_trace
 
 DATA = Path(__file__).parent / "data" / "kineto_gpu"

@@ -9,6 +9,7 @@ row here; an import that runs up fails with the line to change. The scan is scri
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import importlib.util
 import sys
@@ -18,80 +19,37 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Bottom up. A pattern names modules (fnmatch on dotted names); a module matches exactly one layer.
+#: Bottom up: each layer is a subpackage of polyprof (its ``__init__`` says what lives there and what
+#: it may import), and a few modules of the package's root. A pattern names modules (fnmatch on
+#: dotted names); a module matches exactly one layer.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "base",
-        (
-            "polyprof._version", "polyprof._compat", "polyprof._log", "polyprof.log", "polyprof.errors",
-            "polyprof.activity", "polyprof.config", "polyprof.events", "polyprof.trace",
-            "polyprof.user_warnings", "polyprof.kineto_format", "polyprof.attribution", "polyprof.fileio",
-            "polyprof.torch_support", "polyprof.shim_arguments", "polyprof.distributed", "polyprof._memory",
-            "polyprof.terminal",
-        ),
-    ),
-    ("native", ("polyprof.native_reader", "polyprof.native_columns")),
-    ("formats", ("polyprof.chrome_reader", "polyprof.legacy_trace", "polyprof.columnar")),
-    (
-        "analysis",
-        (
-            "polyprof.tree", "polyprof.table", "polyprof.function_events", "polyprof.averages",
-            "polyprof.event_list", "polyprof.results", "polyprof.collapsed_stacks",
-            "polyprof.torch_event_surface",
-        ),
-    ),
-    (
-        "plugin",
-        (
-            "polyprof.hookspecs", "polyprof.components", "polyprof.registry", "polyprof.plugin_discovery",
-            "polyprof.plugin_info", "polyprof.plugin_calls", "polyprof.activity_resolution",
-        ),
-    ),
-    (
-        "record",
-        (
-            "polyprof.bus", "polyprof.session", "polyprof.recording", "polyprof.exporting",
-            "polyprof.torch_result", "polyprof.result_rows", "polyprof.memory_timeline",
-        ),
-    ),
+    ("base", ("polyprof._version", "polyprof.base", "polyprof.base.*")),
+    ("compat", ("polyprof._compat",)),
+    ("native", ("polyprof.native", "polyprof.native.*")),
+    ("formats", ("polyprof.formats", "polyprof.formats.*")),
+    ("analysis", ("polyprof.analysis", "polyprof.analysis.*")),
+    ("hooks", ("polyprof.hooks", "polyprof.hooks.*")),
+    ("runtime", ("polyprof.runtime", "polyprof.runtime.*")),
     ("contract", ("polyprof.plugin", "polyprof.testing")),
     ("plugins", ("polyprof_builtins", "polyprof_builtins.*", "polyprof_cuda", "polyprof_cuda.*",
                  "polyprof_xpu", "polyprof_xpu.*")),
-    (
-        "frontends",
-        (
-            "polyprof.profiler", "polyprof.legacy", "polyprof.autograd_profile", "polyprof.itt",
-            "polyprof.shim", "polyprof.shim_classes", "polyprof.schedule",
-            "polyprof.record", "polyprof.frontend_results", "polyprof.frontend_arguments",
-        ),
-    ),
-    (
-        "ranks",
-        (
-            "polyprof.rank_set", "polyprof.rank_analysis", "polyprof.rank_ray", "polyprof.rank_report",
-            "polyprof.rank_report_html", "polyprof.ranks", "polyprof.merge",
-        ),
-    ),
-    ("package", ("polyprof",)),
-    (
-        "cli",
-        (
-            "polyprof.cli", "polyprof.cli_run", "polyprof.whole_script", "polyprof.run_options",
-            "polyprof.run_target", "polyprof.cli_report", "polyprof.cli_convert", "polyprof.cli_merge",
-            "polyprof.__main__",
-        ),
-    ),
+    ("frontends", ("polyprof.frontends", "polyprof.frontends.*")),
+    ("ranks", ("polyprof.ranks", "polyprof.ranks.*")),
+    ("public", ("polyprof", "polyprof.legacy", "polyprof.itt", "polyprof.shim")),
+    ("cli", ("polyprof.cli", "polyprof.cli.*", "polyprof.__main__")),
 )  # fmt: skip
 
 #: (importer, imported): type annotations that name a higher layer's type, and why each may.
 TYPING_UP = {
-    ("polyprof.hookspecs", "polyprof.session"): "the hooks receive the session (pytest's hookspec shape)",
-    ("polyprof.hookspecs", "polyprof.registry"): "polyprof_addhooks receives the plugin manager",
+    (
+        "polyprof.hooks.hookspecs",
+        "polyprof.runtime.session",
+    ): "the hooks receive the session (pytest's shape)",
 }
 
 
 #: The one circle allowed: closed by annotations only (pytest's hookspec names its Session the same way).
-TYPING_CIRCLES = [["polyprof.hookspecs", "polyprof.registry", "polyprof.session"]]
+TYPING_CIRCLES = [["polyprof.hooks.hookspecs", "polyprof.hooks.registry", "polyprof.runtime.session"]]
 #: Issue 25's ceiling on arrows that point up (scripts/import_graph.py counts them).
 MAX_ARROWS_BACK_UP = 3
 
@@ -174,3 +132,24 @@ def test_the_scan_finds_circles_floors_and_the_arrow_that_points_up(tmp_path: Pa
     assert measured["typing_only_circles"] == 1
     assert measured["arrows_back_up_list"] == [["pkg.c", "pkg.a", {"typing": [3]}]]
     assert measured["floor_of"] == {"pkg": 1, "pkg.a": 3, "pkg.b": 2, "pkg.c": 1, "pkg.d": 4}
+
+
+#: Issue 25's ceiling on floors, counted on the rooms: each layer subpackage drawn as one.
+MAX_ROOM_FLOORS = 10
+
+
+def test_the_rooms_stand_on_few_floors_with_no_circle_but_pytests_shape() -> None:
+    """Drawn a subpackage to a room (``scripts/import_graph.py --rooms``): few floors, arrows down."""
+    measured = GRAPH.measure(ROOT, rooms=True)
+    assert measured["floors"] <= MAX_ROOM_FLOORS, measured["floor_of"]
+    assert measured["arrows_back_up"] <= MAX_ARROWS_BACK_UP, measured["arrows_back_up_list"]
+    assert measured["typing_only_circles"] == measured["circles"], measured["circle_members"]
+
+
+@pytest.mark.parametrize(
+    "package", sorted({GRAPH.room_of(m) for m in MODULES if m.count(".") >= 2 and m.startswith("polyprof.")})
+)
+def test_each_layer_subpackage_says_what_lives_there_and_what_it_may_import(package: str) -> None:
+    init = ROOT / "core" / Path(*package.split(".")) / "__init__.py"
+    docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+    assert "What lives" in docstring and "May import" in docstring, f"{init}: say both in its docstring"

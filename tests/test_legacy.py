@@ -19,17 +19,17 @@ from torch.autograd import profiler_legacy  # noqa: E402
 import polyprof  # noqa: E402
 import polyprof.legacy  # noqa: E402
 from polyprof import ProfilerActivity  # noqa: E402
-from polyprof.averages import Aggregator  # noqa: E402
-from polyprof.errors import ActivityUnavailableError, ProfilerDisabledError  # noqa: E402
-from polyprof.events import DeviceType, EventKind  # noqa: E402
-from polyprof.function_events import FunctionEventAvg  # noqa: E402
+from polyprof.analysis.averages import Aggregator  # noqa: E402
+from polyprof.analysis.function_events import FunctionEventAvg  # noqa: E402
+from polyprof.base.errors import ActivityUnavailableError, ProfilerDisabledError  # noqa: E402
+from polyprof.base.events import DeviceType, EventKind  # noqa: E402
+from polyprof.base.user_warnings import ActivityUnavailableWarning  # noqa: E402
 from polyprof.testing import (  # noqa: E402
     ComponentPlugin,
     FakeTracer,
     make_event_batch,
     make_plugin_manager_for_tests,
 )
-from polyprof.user_warnings import ActivityUnavailableWarning  # noqa: E402
 
 legacy = polyprof.legacy
 

@@ -1,4 +1,4 @@
-"""polyprof._memory: freed heap pages go back to the OS after large decodes."""
+"""polyprof.base._memory: freed heap pages go back to the OS after large decodes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from polyprof._memory import release_free_heap, release_free_heap_in_background
+from polyprof.base._memory import release_free_heap, release_free_heap_in_background
 
 
 def _rss_kb() -> int:
@@ -38,7 +38,7 @@ def test_trim_returns_freed_small_objects_to_the_os():
 
 
 def test_the_background_trim_runs_on_its_own_thread(monkeypatch):
-    import polyprof._memory as memory
+    import polyprof.base._memory as memory
 
     ran = threading.Event()
     calls = []
@@ -56,7 +56,7 @@ def test_the_background_trim_runs_on_its_own_thread(monkeypatch):
 
 
 def test_no_op_without_glibc(monkeypatch):
-    import polyprof._memory as memory
+    import polyprof.base._memory as memory
 
     monkeypatch.setattr(memory.sys, "platform", "darwin")
     memory._malloc_trim.cache_clear()

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import polyprof
-from polyprof import memory_timeline
+from polyprof.runtime import memory_timeline
 
 torch = pytest.importorskip("torch")
 from torch.profiler import ProfilerActivity  # noqa: E402
@@ -247,7 +247,7 @@ def _outcomes_between_cycles(profile_class: Callable[..., Any], path: Path, **op
             except AssertionError:
                 outcome = "AssertionError"
             if isinstance(prof, polyprof.profile):
-                tracer_held = polyprof.profiler._memory_profile_results(prof._lifecycle.session)
+                tracer_held = polyprof.frontends.profiler._memory_profile_results(prof._lifecycle.session)
                 outcome += f" held={len(prof._memory_profile_results)},{len(tracer_held)}"
             outcomes.append(outcome)
     return outcomes

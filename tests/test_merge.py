@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from polyprof.chrome_reader import read_chrome_trace
 from polyprof.cli import main as cli_main
+from polyprof.formats.chrome_reader import read_chrome_trace
 
 BASE_NS = 1_700_000_000_123_456_789
 

@@ -1,12 +1,12 @@
 """Modules with one job each (issue 11, house item 5): what can be checked of each job.
 
-* Which activities a session records is decided by ``polyprof.activity_resolution``
+* Which activities a session records is decided by ``polyprof.hooks.activity_resolution``
   alone: no other core module raises ``ActivityUnavailableError`` or warns that an
   activity is unavailable.
-* ``polyprof.plugin_discovery`` decides which entry points load without importing
-  a plugin or calling a hook; ``polyprof.plugin_calls`` calls a hook plugin by
+* ``polyprof.hooks.plugin_discovery`` decides which entry points load without importing
+  a plugin or calling a hook; ``polyprof.hooks.plugin_calls`` calls a hook plugin by
   plugin on any pluggy manager.
-* torch's legacy JSON array is written in one place (``polyprof.legacy_trace``).
+* torch's legacy JSON array is written in one place (``polyprof.formats.legacy_trace``).
 * Every name has one home: no module re-exports a name defined elsewhere, but the
   package face (``polyprof``) and the plugin contract (``polyprof.plugin``). A name
   that moved stays readable from its old module, until polyprof 0.3.0, only through
@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,12 @@ import pluggy
 import pytest
 
 import polyprof
-from polyprof import _compat, hookspecs
-from polyprof.activity import ProfilerActivity
-from polyprof.config import ProfileConfig
-from polyprof.errors import PolyprofDeprecationWarning, PolyprofWarning
-from polyprof.events import DeviceType, EventKind
+from polyprof import _compat
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.errors import PolyprofDeprecationWarning, PolyprofWarning
+from polyprof.base.events import DeviceType, EventKind
+from polyprof.hooks import hookspecs
 from polyprof.testing import make_event_batch, make_trace
 
 CORE = Path(polyprof.__file__).parent
@@ -55,7 +57,7 @@ def _called_name(node: ast.AST) -> str | None:
 
 def test_only_the_activity_resolver_refuses_or_drops_an_activity() -> None:
     deciders: dict[str, list[str]] = {}
-    for path in sorted(CORE.glob("*.py")):
+    for path in sorted(CORE.rglob("*.py")):
         for node in ast.walk(_tree(path)):
             raised = isinstance(node, ast.Raise) and node.exc is not None
             if raised and _called_name(node.exc) == "ActivityUnavailableError":
@@ -80,8 +82,13 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def test_discovery_neither_loads_plugins_nor_calls_hooks() -> None:
-    imported = _imported_modules(CORE / "plugin_discovery.py")
-    forbidden = {"pluggy", "polyprof.hookspecs", "polyprof.plugin_calls", "polyprof.registry"}
+    imported = _imported_modules(CORE / "hooks" / "plugin_discovery.py")
+    forbidden = {
+        "pluggy",
+        "polyprof.hooks.hookspecs",
+        "polyprof.hooks.plugin_calls",
+        "polyprof.hooks.registry",
+    }
     assert not imported & forbidden
 
 
@@ -93,14 +100,14 @@ class _NeverLoaded:
 
 
 def _candidate(name: str, distribution: str) -> Any:
-    from polyprof.plugin_discovery import EntryPointCandidate
+    from polyprof.hooks.plugin_discovery import EntryPointCandidate
 
     return EntryPointCandidate(name, f"{distribution}_plugin", distribution, "1.0", _NeverLoaded())
 
 
 def test_a_plan_blocks_squatters_and_keeps_the_order_without_importing_anything(monkeypatch) -> None:
-    from polyprof import plugin_discovery
-    from polyprof.plugin_discovery import plan_third_party, resolve_allow_list
+    from polyprof.hooks import plugin_discovery
+    from polyprof.hooks.plugin_discovery import plan_third_party, resolve_allow_list
 
     monkeypatch.setattr(plugin_discovery, "_contested_warned", set())  # warned once per process
 
@@ -175,7 +182,7 @@ class _Unavailable:
 
 
 def test_hook_calls_isolate_each_plugin_on_a_bare_pluggy_manager() -> None:
-    from polyprof.plugin_calls import HookCalls
+    from polyprof.hooks.plugin_calls import HookCalls
 
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
@@ -211,7 +218,7 @@ def test_hook_calls_isolate_each_plugin_on_a_bare_pluggy_manager() -> None:
 def test_the_legacy_json_array_is_written_in_one_place() -> None:
     writers = sorted(
         path.name
-        for path in CORE.glob("*.py")
+        for path in CORE.rglob("*.py")
         if '"pid": "CPU functions"' in path.read_text(encoding="utf-8")
     )
     assert writers == ["legacy_trace.py"]
@@ -233,7 +240,7 @@ def _device_rows() -> list[dict[str, Any]]:
 
 
 def _results(use_device: str) -> Any:
-    from polyprof.results import ProfileResults
+    from polyprof.analysis.results import ProfileResults
 
     config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.XPU})
     return ProfileResults(
@@ -242,7 +249,7 @@ def _results(use_device: str) -> Any:
 
 
 def test_export_chrome_trace_is_the_legacy_writer_over_the_events(tmp_path: Path) -> None:
-    from polyprof.legacy_trace import write_legacy_chrome_trace
+    from polyprof.formats.legacy_trace import write_legacy_chrome_trace
 
     events = _results("xpu").events()
     by_list = events.export_chrome_trace(str(tmp_path / "list.json"))
@@ -256,7 +263,7 @@ def test_export_chrome_trace_is_the_legacy_writer_over_the_events(tmp_path: Path
 
 
 def test_activity_type_of_rows_without_one_is_the_trace_formats_category_for_the_device() -> None:
-    from polyprof.torch_event_surface import torch_event_surface
+    from polyprof.analysis.torch_event_surface import torch_event_surface
 
     if not torch_event_surface().event_has("activity_type"):
         pytest.skip("the installed torch's FunctionEvent has no activity_type")
@@ -271,16 +278,13 @@ def test_activity_type_of_rows_without_one_is_the_trace_formats_category_for_the
 
 # ------------------------------------------------------- one home per name, old paths in _compat
 
-#: Modules that gather names defined elsewhere, on purpose: the package face and the plugin contract.
-FACES = {"polyprof", "polyprof.plugin"}
-#: Re-exports still to go (issue 25); this list may only shrink. polyprof.shim is the shims' public
-#: module (docs/shims.md, the classes' __module__): a face, or should its names live there?
+#: Modules that gather names defined elsewhere, on purpose: the public namespaces (pytest's ``pytest``
+#: over ``_pytest``): the package, the plugin contract and the three frontends users import by path.
+FACES = {"polyprof", "polyprof.plugin", "polyprof.legacy", "polyprof.itt", "polyprof.shim"}
+#: Re-exports still to go; this list may only shrink.
 NOT_YET_ONE_HOME = {
-    "polyprof.chrome_reader": {"us_to_ns"},
-    "polyprof.legacy": {"ProfilerDisabledError"},
-    "polyprof.shim": {"AutogradProfile", "KinetoRequiredError", "LegacyProfile", "ProfilerDisabledError",
-                      "TorchProfile"},
-    "polyprof.shim_classes": {"AutogradProfile"},
+    "polyprof.formats.chrome_reader": {"us_to_ns"},
+    "polyprof.frontends.shim_classes": {"AutogradProfile"},
     "polyprof.testing": {"EventKind"},
 }  # fmt: skip
 MOVED_PATHS = sorted((old, name) for old, names in _compat.MOVED.items() for name in names)
@@ -325,9 +329,20 @@ def test_no_module_re_exports_a_name_defined_elsewhere_but_the_faces() -> None:
     assert not re_exported, f"re-exported from another module (import them from their home): {re_exported}"
 
 
-def test_only_the_old_modules_and_the_faces_have_a_module_getattr() -> None:
-    """The old paths have one mechanism, ``polyprof._compat``: each old module holds only its line."""
-    expected = ast.parse("__getattr__ = _compat.moved_names(__name__)").body[0]
+@pytest.mark.parametrize("face", sorted(FACES - {"polyprof", "polyprof.plugin"}))
+def test_a_frontends_public_namespace_defines_nothing_and_re_exports_its_home(face: str) -> None:
+    """``polyprof.legacy``, ``.itt`` and ``.shim``: the paths users import; the code is in frontends."""
+    module = importlib.import_module(face)
+    tree = _tree(Path(module.__file__ or ""))
+    assert all(isinstance(node, (ast.Expr, ast.ImportFrom, ast.Assign)) for node in tree.body)
+    home = importlib.import_module(face.replace("polyprof.", "polyprof.frontends."))
+    for name in home.__all__:
+        assert getattr(module, name) is getattr(home, name), name
+    assert set(module.__all__) >= set(home.__all__)
+
+
+def test_no_module_but_the_faces_has_a_module_getattr() -> None:
+    """Old paths have one mechanism, ``polyprof._compat``'s finder: no module carries a ``__getattr__``."""
     with_getattr = {}
     for path in sorted(CORE.rglob("*.py")):
         for node in _tree(path).body:
@@ -336,12 +351,9 @@ def test_only_the_old_modules_and_the_faces_have_a_module_getattr() -> None:
             elif isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "__getattr__" for t in node.targets
             ):
-                assert ast.dump(node) == ast.dump(expected), f"{path.name}: {ast.unparse(node)}"
-                with_getattr[_module_name(path)] = "_compat"
-    assert with_getattr == {
-        **dict.fromkeys(_compat.MOVED, "_compat"),
-        **{face: "def" for face in FACES},  # names loaded on first use, none of them deprecated
-    }
+                with_getattr[_module_name(path)] = "assigned"
+    # names loaded on first use, none of them deprecated
+    assert with_getattr == {"polyprof": "def", "polyprof.plugin": "def"}
 
 
 def test_the_deprecation_warning_is_polyprofs_and_pythons() -> None:
@@ -350,13 +362,19 @@ def test_the_deprecation_warning_is_polyprofs_and_pythons() -> None:
     assert (_compat.REMOVED_IN, _compat.REMOVAL_DATE) == ("0.3.0", "2027-03-01")
 
 
+def _import_old(old: str) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PolyprofDeprecationWarning)
+        return importlib.import_module(old)
+
+
 @pytest.mark.parametrize(("old", "name"), MOVED_PATHS)
 def test_an_old_path_gives_the_same_object_and_warns_naming_its_home(old: str, name: str) -> None:
     home = _compat.MOVED[old][name]
     assert home != old and not home.startswith("polyprof._")
-    module = importlib.import_module(old)
+    module = _import_old(old)
     assert name not in vars(module), f"{old} still binds {name}: reading it there would not warn"
-    assert name not in getattr(module, "__all__", ())
+    assert not hasattr(importlib.import_module(_compat.MOVED_MODULES[old]), name), "two homes"
     with pytest.warns(PolyprofDeprecationWarning) as record:
         value = getattr(module, name)
     assert value is getattr(importlib.import_module(home), name)
@@ -374,15 +392,21 @@ def test_an_old_path_gives_the_same_object_and_warns_naming_its_home(old: str, n
 
 
 def test_an_old_import_statement_warns_at_its_line() -> None:
-    from polyprof import function_events
+    from polyprof.analysis import function_events
 
-    with pytest.warns(PolyprofDeprecationWarning, match=r"moved to polyprof\.function_events\.") as record:
+    sys.modules.pop("polyprof.results", None)  # imported afresh, so that the module's warning shows
+    with pytest.warns(PolyprofDeprecationWarning) as record:
         from polyprof.results import FunctionEvent  # the old path
     assert FunctionEvent is function_events.FunctionEvent
-    assert (record[0].filename, record[0].lineno) == (
-        __file__,
-        _line_of("from polyprof.results import FunctionEvent"),
-    )
+    line = _line_of("from polyprof.results import FunctionEvent")
+    assert [(str(w.message).split(";")[0], w.filename, w.lineno) for w in record] == [
+        ("the module polyprof.results has moved to polyprof.analysis.results", __file__, line),
+        (
+            "polyprof.results.FunctionEvent has moved to polyprof.analysis.function_events.FunctionEvent",
+            __file__,
+            line,
+        ),
+    ]
 
 
 def _line_of(text: str) -> int:
@@ -390,7 +414,49 @@ def _line_of(text: str) -> int:
     return next(n for n, line in enumerate(lines, 1) if line.strip().startswith(text))
 
 
-@pytest.mark.parametrize("old", sorted(_compat.MOVED))
+@pytest.mark.parametrize("old", sorted(_compat.MOVED_MODULES))
+def test_an_old_module_path_is_the_new_module_with_a_warning_at_the_importing_line(old: str) -> None:
+    new = _compat.MOVED_MODULES[old]
+    assert not (CORE.parent / Path(*old.split("."))).with_suffix(".py").exists(), "a real module is there"
+    home = importlib.import_module(new)
+    sys.modules.pop(old, None)
+    with pytest.warns(PolyprofDeprecationWarning) as record:
+        module = importlib.import_module(old)
+    (warning,) = record
+    assert str(warning.message) == (
+        f"the module {old} has moved to {new}; the old path is removed in polyprof 0.3.0, "
+        "not before 2027-03-01"
+    )
+    assert warning.filename == __file__
+    public = getattr(home, "__all__", None) or [n for n in vars(home) if not n.startswith("__")]
+    for name in public:
+        assert getattr(module, name) is getattr(home, name), name
+    assert set(dir(module)) >= set(public)
+
+
+def test_a_name_set_on_an_old_module_path_reaches_the_module_that_reads_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from polyprof.base import terminal
+
+    original = terminal.terminal_safe
+    old = _import_old("polyprof.terminal")
+    monkeypatch.setattr(old, "terminal_safe", lambda text: "patched")
+    assert terminal.terminal_safe("x") == "patched"
+    monkeypatch.undo()  # and undoing it puts the module's own function back
+    assert terminal.terminal_safe is original
+
+
+def test_the_finder_answers_only_for_the_old_paths() -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("polyprof.no_such_module")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PolyprofDeprecationWarning)
+        importlib.import_module("polyprof.analysis.tree")  # a real path: no warning
+        importlib.import_module("polyprof.legacy")  # a public namespace, not an old path
+
+
+@pytest.mark.parametrize("old", sorted({*_compat.MOVED, "polyprof.tree"}))
 def test_any_other_name_of_an_old_module_is_the_usual_attribute_error(old: str) -> None:
     with pytest.raises(AttributeError, match=f"^module '{old}' has no attribute 'Nothing'$"):
-        importlib.import_module(old).Nothing  # noqa: B018 - the attribute access is the test
+        _import_old(old).Nothing  # noqa: B018 - the attribute access is the test

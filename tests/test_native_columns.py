@@ -1,7 +1,7 @@
 """The compiled column builder against the Python one (``polyprof convert``, JSON to Parquet).
 
-``polyprof.native_columns`` reads a Chrome trace's JSON bytes straight into the Parquet trace's
-columns; ``polyprof.columnar.table_from_chrome`` builds them from the document orjson parses. For
+``polyprof.native.native_columns`` reads a Chrome trace's JSON bytes straight into the Parquet trace's
+columns; ``polyprof.formats.columnar.table_from_chrome`` builds them from the document orjson parses. For
 every file the compiled builder accepts, both tables must be equal, metadata included, and the
 Parquet files written from them byte for byte the same; what it refuses goes to the Python builder,
 so a conversion gives the same table, or the same one-line error, either way.
@@ -30,10 +30,11 @@ from hypothesis_budget import examples
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from polyprof import columnar, native_columns  # noqa: E402
-from polyprof.chrome_reader import document_from_bytes  # noqa: E402
-from polyprof.cli_convert import convert_file  # noqa: E402
-from polyprof.errors import PolyprofError  # noqa: E402
+from polyprof.base.errors import PolyprofError  # noqa: E402
+from polyprof.cli.cli_convert import convert_file  # noqa: E402
+from polyprof.formats import columnar  # noqa: E402
+from polyprof.formats.chrome_reader import document_from_bytes  # noqa: E402
+from polyprof.native import native_columns  # noqa: E402
 
 
 @pytest.fixture(scope="module")

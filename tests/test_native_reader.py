@@ -1,6 +1,6 @@
 """polyprof's compiled reader of torch's raw result against its pure-Python reader (issue 12).
 
-The compiled reader (polyprof.native_reader, core/polyprof/native/kineto_reader.cpp) must give
+The compiled reader (polyprof.native.native_reader, core/polyprof/native/kineto_reader.cpp) must give
 exactly what the Python reader gives: every column, decoded at once or deferred, on every
 supported torch (this file is in the differential subset). torch's own parse is the oracle for
 the Python reader (test_results.py, test_event_attributes.py, ...); scripts/test.sh runs that
@@ -26,10 +26,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from polyprof import native_reader, result_rows, torch_support
-from polyprof.config import ProfileConfig
-from polyprof.errors import PolyprofError
-from polyprof.result_rows import ResultRows
+from polyprof.base import torch_support
+from polyprof.base.config import ProfileConfig
+from polyprof.base.errors import PolyprofError
+from polyprof.native import native_reader
+from polyprof.runtime import result_rows
+from polyprof.runtime.result_rows import ResultRows
 
 torch = pytest.importorskip("torch")
 torch_cpu = pytest.importorskip("polyprof_builtins.torch_cpu")
@@ -39,7 +41,7 @@ if torch_cpu.torch_unavailable_reason() is not None:
 from torch._C._profiler import _ExperimentalConfig  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
-from polyprof.activity import ProfilerActivity as PA  # noqa: E402
+from polyprof.base.activity import ProfilerActivity as PA  # noqa: E402
 
 FEATURES = torch_support.installed()
 HAS_COMPILER = shutil.which(os.environ.get("CXX", "c++")) is not None
@@ -265,7 +267,7 @@ def test_auto_reads_in_python_and_builds_once_in_the_background(
     started = _spawns(monkeypatch)
     assert native_reader.reader("auto") is None
     assert native_reader.reader("auto") is None
-    assert started == [[sys.executable, "-m", "polyprof.native_reader", "--background-build"]]
+    assert started == [[sys.executable, "-m", "polyprof.native.native_reader", "--background-build"]]
 
 
 def test_a_failed_build_is_remembered_and_auto_falls_back_to_python(
@@ -530,7 +532,7 @@ def test_python_never_builds(empty_cache: Path, monkeypatch: pytest.MonkeyPatch)
 @needs_compiler
 def test_the_background_build_leaves_a_reader_the_next_profile_loads(empty_cache: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "polyprof.native_reader", "--background-build"],
+        [sys.executable, "-m", "polyprof.native.native_reader", "--background-build"],
         env={**os.environ, native_reader.CACHE_VARIABLE: str(empty_cache)},
         capture_output=True,
         text=True,

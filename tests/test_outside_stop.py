@@ -40,16 +40,16 @@ import structlog
 
 import polyprof
 from polyprof import shim
-from polyprof.activity import ProfilerActivity
-from polyprof.components import Capabilities
-from polyprof.config import ProfileConfig
-from polyprof.events import EventBatch
-from polyprof.hookspecs import hookimpl
-from polyprof.plugin_calls import PluginFailureWarning
-from polyprof.recording import recording_gate
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.events import EventBatch
+from polyprof.base.user_warnings import ProfilerStoppedOutsideNote, ProfilerStoppedOutsideWarning
+from polyprof.hooks.components import Capabilities
+from polyprof.hooks.hookspecs import hookimpl
+from polyprof.hooks.plugin_calls import PluginFailureWarning
+from polyprof.runtime.recording import recording_gate
+from polyprof.runtime.torch_result import CollectorResult, TorchResultTracer
 from polyprof.testing import make_plugin_manager_for_tests, run_pytest_in_child
-from polyprof.torch_result import CollectorResult, TorchResultTracer
-from polyprof.user_warnings import ProfilerStoppedOutsideNote, ProfilerStoppedOutsideWarning
 
 torch = pytest.importorskip("torch")
 import torch.autograd.profiler as autograd_profiler  # noqa: E402
@@ -351,7 +351,7 @@ def test_a_profile_stopped_from_outside_may_end_while_the_next_one_records() -> 
 
 def test_a_profile_that_records_keeps_the_gate() -> None:
     with polyprof.profile() as prof:
-        with pytest.raises(polyprof.recording.RecordingInProgressError):
+        with pytest.raises(polyprof.runtime.recording.RecordingInProgressError):
             polyprof.profile().start()
         assert recording_gate.current() is prof
 
@@ -582,7 +582,7 @@ def test_a_wrapper_other_code_left_in_place_keeps_no_recording_alive() -> None:
 
 
 def _run(argv: list[str]) -> int:
-    from polyprof.cli_run import add_run_command
+    from polyprof.cli.cli_run import add_run_command
 
     parser = argparse.ArgumentParser(prog="polyprof")
     add_run_command(parser.add_subparsers(dest="command"))

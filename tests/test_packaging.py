@@ -31,10 +31,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import polyprof
-from polyprof.config import ProfileConfig
-from polyprof.events import EventKind
-from polyprof.plugin_discovery import ALLOW_LIST_ENV, BUILTIN_PLUGINS, DISABLE_AUTOLOAD_ENV, ENTRY_POINT_GROUP
-from polyprof.registry import TRACE_ENV, make_plugin_manager
+from polyprof.base.config import ProfileConfig
+from polyprof.base.events import EventKind
+from polyprof.hooks.plugin_discovery import (
+    ALLOW_LIST_ENV,
+    BUILTIN_PLUGINS,
+    DISABLE_AUTOLOAD_ENV,
+    ENTRY_POINT_GROUP,
+)
+from polyprof.hooks.registry import TRACE_ENV, make_plugin_manager
 from polyprof.testing import make_event_batch, make_trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -273,7 +278,11 @@ def test_wheel_contents(wheel_venv):
         names = set(whl.namelist())
         [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         entry_text = whl.read(entry_points).decode()
-    for module in ("__init__", "__main__", "registry", "cli", "testing", "hookspecs", "components", "events"):
+    for module in (
+        "__init__", "__main__", "plugin", "testing", "hooks/registry", "cli/__init__", "hooks/hookspecs",
+        "hooks/components", "base/events", "analysis/tree", "formats/columnar", "native/native_reader",
+        "runtime/bus", "frontends/profiler", "ranks/__init__",
+    ):  # fmt: skip
         assert f"polyprof/{module}.py" in names
     assert "polyprof_builtins/__init__.py" in names
     assert {"polyprof/py.typed", "polyprof_builtins/py.typed"} <= names
@@ -292,7 +301,7 @@ def test_wheel_imports_without_torch(wheel_venv):
         """
         import importlib.util, sys
         assert importlib.util.find_spec("torch") is None, "torch must not be installed here"
-        import polyprof, polyprof.registry, polyprof.cli, polyprof.testing
+        import polyprof, polyprof.hooks.registry, polyprof.cli, polyprof.testing
         assert "torch" not in sys.modules
         print(polyprof.__file__)
         """
@@ -336,7 +345,7 @@ def test_example_distribution_installs_and_is_discovered(wheel_venv):
     out = wheel_venv.root / "ops.csv"
     code = textwrap.dedent(
         f"""
-        from polyprof.registry import make_plugin_manager
+        from polyprof.hooks.registry import make_plugin_manager
         from polyprof.testing import make_event_batch, make_trace
         trace = make_trace(make_event_batch([{{"name": "aten::mm", "start_ns": 5000, "dur_ns": 1500}}]))
         with make_plugin_manager() as pm:

@@ -1,4 +1,4 @@
-"""Calling a hook plugin by plugin through pluggy's public API only (``polyprof.plugin_calls``).
+"""Calling a hook plugin by plugin through pluggy's public API only (``polyprof.hooks.plugin_calls``).
 
 In the ``plugin_host`` subset (tests/conftest.py), so it runs on every pluggy CI installs: the
 floors run's 1.5, the newest-torch run's 1.6 (what GPU images ship) and the whole suite's newest.
@@ -18,11 +18,11 @@ import pluggy
 import pytest
 
 import polyprof
-from polyprof import activity_resolution, hookspecs
-from polyprof.activity import ProfilerActivity
-from polyprof.components import Capabilities
-from polyprof.config import ProfileConfig
-from polyprof.plugin_calls import HookCalls
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.hooks import activity_resolution, hookspecs
+from polyprof.hooks.components import Capabilities
+from polyprof.hooks.plugin_calls import HookCalls
 from polyprof.testing import make_plugin_manager_for_tests
 from test_docs_environment import PACKAGES
 

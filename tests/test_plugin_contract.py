@@ -28,7 +28,7 @@ from packaging.requirements import Requirement
 
 import polyprof
 import polyprof.plugin
-from polyprof import hookspecs
+from polyprof.hooks import hookspecs
 from polyprof.plugin import Aggregator, Exporter, ProfileConfig, ProfilerActivity, Subscriber, Tracer
 from polyprof.testing import ComponentPlugin, FakeTracer, make_plugin_manager_for_tests
 
@@ -55,7 +55,9 @@ BUILTINS_OUTSIDE_THE_CONTRACT = ("chrome_trace.py", "torch_cpu.py")
 #: a format polyprof reads back (``polyprof convert``, ``polyprof report``): its columns and the
 #: suffix rule of the formats polyprof reads back are the core's; it moves into core with
 #: ``chrome_trace``, whose text it holds.
-BUILTIN_CORE_IMPORTS = {"parquet_trace.py": frozenset({"polyprof.columnar", "polyprof.exporting"})}
+BUILTIN_CORE_IMPORTS = {
+    "parquet_trace.py": frozenset({"polyprof.formats.columnar", "polyprof.runtime.exporting"})
+}
 
 
 def guide_section(number: int) -> str:
@@ -103,8 +105,8 @@ def test_every_contract_name_is_public_and_exists() -> None:
 
 def test_the_contract_types_are_the_core_s_own() -> None:
     """The names loaded on first use are the classes the hooks are given."""
-    from polyprof.registry import PolyprofPluginManager
-    from polyprof.session import Session
+    from polyprof.hooks.registry import PolyprofPluginManager
+    from polyprof.runtime.session import Session
 
     assert polyprof.plugin.Session is Session
     assert polyprof.plugin.PolyprofPluginManager is PolyprofPluginManager
@@ -114,8 +116,8 @@ def test_the_contract_types_are_the_core_s_own() -> None:
 
 
 def test_installed_build_answers_as_the_core_does(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A test that fakes torch's build in ``polyprof.torch_support`` fakes it for plugins too."""
-    from polyprof import torch_support
+    """A test that fakes torch's build in ``polyprof.base.torch_support`` fakes it for plugins too."""
+    from polyprof.base import torch_support
 
     build = polyprof.plugin.TorchBuild("2.13.0+cu130", cuda="13.0")
     monkeypatch.setattr(torch_support, "installed_build", lambda: build)
@@ -133,7 +135,7 @@ def test_importing_the_contract_is_cheap_and_torch_free() -> None:
         "assert 'torch' not in sys.modules, 'torch imported'\n"
         "heavy = [m for m in new if not m.startswith('polyprof.') and m.lstrip('_') != 'queue']\n"
         "assert not heavy, heavy\n"
-        "late = {'polyprof.session', 'polyprof.registry', 'polyprof.bus'} & set(new)\n"
+        "late = {'polyprof.runtime.session', 'polyprof.hooks.registry', 'polyprof.runtime.bus'} & set(new)\n"
         "assert not late, late\n"
         "print('ok')\n"
     )
@@ -156,7 +158,7 @@ def test_every_name_is_its_home_module_s_own() -> None:
 
 
 def test_the_logging_and_warning_entry_points_are_public() -> None:
-    from polyprof import log, user_warnings
+    from polyprof.base import log, user_warnings
 
     assert polyprof.plugin.get_logger is log.get_logger
     assert polyprof.plugin.ActivityUnavailableWarning is user_warnings.ActivityUnavailableWarning
@@ -265,7 +267,8 @@ def test_the_scan_refuses_what_is_not_the_contract(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text(
         "import polyprof\nimport polyprof.plugin\nfrom polyprof import plugin, testing\n"
-        "from polyprof.plugin import Exporter, _private, registry\nfrom polyprof.events import EventKind\n"
+        "from polyprof.plugin import Exporter, _private, registry\n"
+        "from polyprof.base.events import EventKind\n"
     )
     refused = [line.split(": ", 1)[1] for line in outside_the_contract(sample)]
     assert refused == [
@@ -273,13 +276,13 @@ def test_the_scan_refuses_what_is_not_the_contract(tmp_path: Path) -> None:
         "polyprof.testing",
         "polyprof.plugin._private",
         "polyprof.plugin.registry",
-        "polyprof.events.EventKind",
+        "polyprof.base.events.EventKind",
     ]
     assert [line.split(": ", 1)[1] for line in outside_the_contract(sample, tests=True)] == [
         "polyprof",
         "polyprof.plugin._private",
         "polyprof.plugin.registry",
-        "polyprof.events.EventKind",
+        "polyprof.base.events.EventKind",
     ]
 
 
@@ -298,14 +301,15 @@ def test_the_scan_sees_a_private_import(tmp_path: Path) -> None:
     """The scan reads every import form that could reach a private name."""
     sample = tmp_path / "sample.py"
     sample.write_text(
-        "import polyprof._log\nfrom polyprof import _log\nfrom polyprof.session import user_stacklevel as u\n"
-        "def f():\n    from polyprof.session import _internal_frame\n"
+        "import polyprof._log\nfrom polyprof import _log\n"
+        "from polyprof.runtime.session import user_stacklevel as u\n"
+        "def f():\n    from polyprof.runtime.session import _internal_frame\n"
     )
     assert sorted(polyprof_imports(sample)) == [
         (1, "polyprof._log", None),
         (2, "polyprof", "_log"),
-        (3, "polyprof.session", "user_stacklevel"),
-        (5, "polyprof.session", "_internal_frame"),
+        (3, "polyprof.runtime.session", "user_stacklevel"),
+        (5, "polyprof.runtime.session", "_internal_frame"),
     ]
 
 

@@ -18,29 +18,29 @@ import warnings
 import pytest
 
 import polyprof
-import polyprof.config
+import polyprof.base.config
+import polyprof.hooks.plugin_discovery
 import polyprof.legacy
-import polyprof.plugin_discovery
-from polyprof import activity_resolution
-from polyprof.activity import ProfilerActivity
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.user_warnings import ActivityUnavailableWarning
 from polyprof.cli import main
-from polyprof.plugin_calls import PluginFailureWarning
-from polyprof.plugin_discovery import (
+from polyprof.hooks import activity_resolution
+from polyprof.hooks.plugin_calls import PluginFailureWarning
+from polyprof.hooks.plugin_discovery import (
     ALLOW_LIST_ENV,
     BUILTIN_PLUGINS,
     DISABLE_AUTOLOAD_ENV,
     PluginSelectionError,
 )
-from polyprof.registry import TRACE_ENV, make_plugin_manager
-from polyprof.user_warnings import ActivityUnavailableWarning
+from polyprof.hooks.registry import TRACE_ENV, make_plugin_manager
 
 torch = pytest.importorskip("torch")
 
 #: A device tracer that hands over one kernel, then fails in stop() before closing its outbox.
 FAILING_STOP = """
     from polyprof import hookimpl
-    from polyprof.components import Capabilities
-    from polyprof.events import EventKind
+    from polyprof.hooks.components import Capabilities
+    from polyprof.base.events import EventKind
     from polyprof.testing import FakeTracer, make_event_batch
 
     class FailsToStop(FakeTracer):
@@ -63,7 +63,7 @@ FAILING_STOP = """
 #: Raises in the hook named by the module's last word (pp_explodes_<hook>).
 EXPLODES = """
     from polyprof import hookimpl
-    from polyprof.components import Capabilities
+    from polyprof.hooks.components import Capabilities
 
     @hookimpl
     def polyprof_capabilities():
@@ -85,7 +85,7 @@ HOOK_ARGS = {
 #: Declares CUDA but cannot build its tracer.
 CUDA_TRACER_BUG = """
     from polyprof import hookimpl
-    from polyprof.components import Capabilities
+    from polyprof.hooks.components import Capabilities
 
     @hookimpl
     def polyprof_capabilities():
@@ -107,7 +107,7 @@ JUNK_AGGREGATORS = """
 
 REAL_CUDA = """
     from polyprof import hookimpl
-    from polyprof.components import Capabilities
+    from polyprof.hooks.components import Capabilities
 
     @hookimpl
     def polyprof_capabilities():
@@ -187,7 +187,7 @@ def test_a_tracer_whose_stop_raises_costs_only_its_own_events(installed, caplog)
     pm = make_plugin_manager()
     prof = polyprof.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], plugin_manager=pm)
     with (
-        caplog.at_level(logging.ERROR, logger="polyprof.session"),
+        caplog.at_level(logging.ERROR, logger="polyprof.runtime.session"),
         pytest.warns(PluginFailureWarning) as record,
         prof,
     ):
@@ -221,7 +221,7 @@ def test_a_plugin_failing_in_a_hook_is_skipped_and_named(installed, hook, tmp_pa
     installed(FakeDistribution("polyprof-explodes", "2.0", {"explodes": f"pp_explodes_{hook}"}))
     prof = polyprof.profile(activities=[ProfilerActivity.CPU], plugin_manager=make_plugin_manager())
     with (
-        caplog.at_level(logging.WARNING, logger="polyprof.registry"),
+        caplog.at_level(logging.WARNING, logger="polyprof.hooks.registry"),
         warnings.catch_warnings(record=True) as record,
     ):
         warnings.simplefilter("always")
@@ -273,7 +273,7 @@ def test_the_registry_keeps_fail_fast_calls_for_plugin_authors(installed):
     """Without ``isolate_errors`` (plugin authors' own tests), the error still reaches the caller."""
     installed(FakeDistribution("polyprof-explodes", "2.0", {"explodes": "pp_explodes_make_aggregators"}))
     pm = make_plugin_manager()
-    config = polyprof.config.ProfileConfig(activities={ProfilerActivity.CPU})
+    config = polyprof.base.config.ProfileConfig(activities={ProfilerActivity.CPU})
     with pytest.raises(RuntimeError, match="plugin bug in make_aggregators") as err:
         pm.make_aggregators(config)
     assert "raised by polyprof plugin 'explodes' in polyprof_make_aggregators" in err.value.__notes__
@@ -288,7 +288,7 @@ def test_the_registry_keeps_fail_fast_calls_for_plugin_authors(installed):
 def test_two_distributions_with_one_name_fail_closed_and_both_show(installed, capsys, monkeypatch):
     # For a name polyprof's own plugins do not hold ('cuda' is polyprof-cuda's, which keeps it:
     # tests/test_exporter_plugin_faults.py)
-    monkeypatch.setattr(polyprof.plugin_discovery, "OWNED_NAMES", {})
+    monkeypatch.setattr(polyprof.hooks.plugin_discovery, "OWNED_NAMES", {})
     installed(SQUAT, REAL)
     pm = make_plugin_manager()
     infos = {info.name: info for info in pm.plugin_infos()}

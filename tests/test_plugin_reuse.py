@@ -20,19 +20,19 @@ from typing import Any
 
 import pytest
 
-from polyprof import registry
-from polyprof.errors import PolyprofWarning
-from polyprof.plugin_discovery import (
+from polyprof.base.errors import PolyprofWarning
+from polyprof.hooks import registry
+from polyprof.hooks.plugin_discovery import (
     ALLOW_LIST_ENV,
     DISABLE_AUTOLOAD_ENV,
     discover_entry_points_once,
     forget_discovered_entry_points,
 )
-from polyprof.registry import TRACE_ENV, forget_shared_plugin_manager, shared_plugin_manager
+from polyprof.hooks.registry import TRACE_ENV, forget_shared_plugin_manager, shared_plugin_manager
 
 EXPORTER_PLUGIN = """
 from polyprof import hookimpl
-from polyprof.components import Capabilities, Exporter
+from polyprof.hooks.components import Capabilities, Exporter
 
 SHUT_DOWN = []
 

@@ -23,10 +23,11 @@ import torch.autograd.profiler_legacy as torch_legacy
 import torch.profiler as tp
 
 import polyprof
-from polyprof import ProfilerActivity, legacy
-from polyprof.config import ProfileArgumentError
-from polyprof.errors import PolyprofWarning
-from polyprof.profiler import NoActivitiesError, ProfilerNotStartedError
+from polyprof import ProfilerActivity
+from polyprof.base.config import ProfileArgumentError
+from polyprof.base.errors import PolyprofWarning
+from polyprof.frontends import legacy
+from polyprof.frontends.profiler import NoActivitiesError, ProfilerNotStartedError
 from polyprof.shim import AutogradProfile, TorchProfile
 
 CPU = ProfilerActivity.CPU

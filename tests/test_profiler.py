@@ -19,7 +19,7 @@ import torch.profiler as tp  # noqa: E402
 
 import polyprof  # noqa: E402
 from polyprof import ProfilerActivity  # noqa: E402
-from polyprof.errors import ActivityUnavailableError  # noqa: E402
+from polyprof.base.errors import ActivityUnavailableError  # noqa: E402
 
 
 def tiny_step() -> None:
@@ -318,11 +318,11 @@ def test_toggle_collection_dynamic_pauses_cpu_ops() -> None:
 
 
 def test_unavailable_activity_warning_points_at_the_users_line() -> None:
-    from polyprof import legacy
-    from polyprof.components import Capabilities
-    from polyprof.hookspecs import hookimpl
+    from polyprof.base.user_warnings import ActivityUnavailableWarning
+    from polyprof.frontends import legacy
+    from polyprof.hooks.components import Capabilities
+    from polyprof.hooks.hookspecs import hookimpl
     from polyprof.testing import make_plugin_manager_for_tests
-    from polyprof.user_warnings import ActivityUnavailableWarning
 
     class NoDevicePlugin:
         @hookimpl

@@ -26,10 +26,10 @@ import pytest
 pytest.importorskip("pyarrow")
 pytest.importorskip("duckdb")
 
-from polyprof import rank_analysis
+from polyprof.base.terminal import terminal_safe
 from polyprof.cli import main as cli_main
-from polyprof.columnar import write_parquet_trace
-from polyprof.terminal import terminal_safe
+from polyprof.formats.columnar import write_parquet_trace
+from polyprof.ranks import rank_analysis
 from test_rank_report import synthetic_rank, write_json
 
 CORE = Path(__file__).resolve().parents[1] / "core"
@@ -142,7 +142,7 @@ def test_a_name_with_backslashes_and_no_glob_character_is_read_without_a_link(
 SLOW_FIRST_RANK = textwrap.dedent(
     """
     import sys
-    from polyprof import rank_analysis
+    from polyprof.ranks import rank_analysis
     from polyprof.cli import main
 
     real = rank_analysis.rows_of_rank
@@ -215,7 +215,7 @@ def test_duckdbs_interrupt_is_no_ranks_failure(tmp_path: Path, monkeypatch) -> N
 def test_ctrl_c_on_a_ray_worker_stops_the_command(tmp_path: Path, monkeypatch, capsys) -> None:
     """Ray reports a worker's KeyboardInterrupt as the task cancelled: that stops the run too."""
     ray = pytest.importorskip("ray")
-    from polyprof import rank_ray
+    from polyprof.ranks import rank_ray
 
     class CancelledDataset:
         def map(self, fn: Any) -> CancelledDataset:
@@ -427,7 +427,7 @@ RAY_ADDRESSES = [
 def test_an_address_with_a_port_is_tried_and_any_other_goes_to_ray_init_unchanged(
     monkeypatch, address: str | None, tried: tuple[str, int] | None
 ) -> None:
-    from polyprof.rank_ray import ClusterUnreachableError, check_reachable
+    from polyprof.ranks.rank_ray import ClusterUnreachableError, check_reachable
 
     asked: list[tuple[str, int]] = []
 
@@ -445,7 +445,7 @@ def test_an_address_with_a_port_is_tried_and_any_other_goes_to_ray_init_unchange
 
 
 def test_a_port_out_of_range_is_one_line() -> None:
-    from polyprof.rank_ray import ClusterUnreachableError, check_reachable
+    from polyprof.ranks.rank_ray import ClusterUnreachableError, check_reachable
 
     with pytest.raises(ClusterUnreachableError, match=r"port 99999 is not a port \(1 to 65535\)"):
         check_reachable("ray://127.0.0.1:99999")
@@ -453,8 +453,8 @@ def test_a_port_out_of_range_is_one_line() -> None:
 
 def test_the_address_is_checked_before_ray_is_imported(tmp_path: Path, monkeypatch) -> None:
     """Importing Ray takes seconds: the check's bound is the whole wait for a dead address."""
-    from polyprof import rank_ray
-    from polyprof.rank_set import collect_rank_set
+    from polyprof.ranks import rank_ray
+    from polyprof.ranks.rank_set import collect_rank_set
 
     write_json(tmp_path / "run" / "r0.json", synthetic_rank(0, 1, [100.0]))
     rank_set = collect_rank_set([str(tmp_path / "run")], str(tmp_path / "pq"))
@@ -472,7 +472,7 @@ def test_the_address_is_checked_before_ray_is_imported(tmp_path: Path, monkeypat
 def test_the_check_of_a_ray_address_lets_a_real_cluster_through() -> None:
     """The same check against a Ray GCS: it answers HTTP/2's greeting."""
     ray = pytest.importorskip("ray")
-    from polyprof.rank_ray import check_reachable
+    from polyprof.ranks.rank_ray import check_reachable
 
     started = not ray.is_initialized()
     try:

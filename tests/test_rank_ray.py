@@ -17,10 +17,10 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
 from polyprof.cli import main as cli_main  # noqa: E402
-from polyprof.rank_analysis import duckdb_rank_rows  # noqa: E402
-from polyprof.rank_ray import ray_rank_rows  # noqa: E402
-from polyprof.rank_set import collect_rank_set  # noqa: E402
 from polyprof.ranks import analyse_run  # noqa: E402
+from polyprof.ranks.rank_analysis import duckdb_rank_rows  # noqa: E402
+from polyprof.ranks.rank_ray import ray_rank_rows  # noqa: E402
+from polyprof.ranks.rank_set import collect_rank_set  # noqa: E402
 from test_rank_report import overlapping_rank, real_traces, synthetic_rank, write_json, write_ranks  # noqa: E402, F401
 
 pytestmark = pytest.mark.slow

@@ -22,11 +22,11 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("duckdb")
 
 from polyprof.cli import main as cli_main
-from polyprof.cli_report import load_report_results
-from polyprof.columnar import write_parquet_trace
-from polyprof.rank_analysis import duckdb_rank_rows
-from polyprof.rank_report import build_rank_report
-from polyprof.rank_set import collect_rank_set
+from polyprof.cli.cli_report import load_report_results
+from polyprof.formats.columnar import write_parquet_trace
+from polyprof.ranks.rank_analysis import duckdb_rank_rows
+from polyprof.ranks.rank_report import build_rank_report
+from polyprof.ranks.rank_set import collect_rank_set
 
 BASE_NS = 1_700_000_000_000_000_000
 

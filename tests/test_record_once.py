@@ -1,4 +1,4 @@
-"""torch's ``enabled`` and record-once rule, written once (``polyprof.recording.RecordOnce``).
+"""torch's ``enabled`` and record-once rule, written once (``polyprof.runtime.recording.RecordOnce``).
 
 ``polyprof.legacy.profile`` and the autograd shim (``polyprof.shim.AutogradProfile``) both compose
 it; tests/test_shim.py holds both frontends, and torch, to the same rule. Here: the policy itself,
@@ -15,8 +15,8 @@ import pytest
 
 import polyprof
 from polyprof import ProfilerActivity
-from polyprof.errors import ProfilerDisabledError
-from polyprof.recording import RecordOnce, recording_gate
+from polyprof.base.errors import ProfilerDisabledError
+from polyprof.runtime.recording import RecordOnce, recording_gate
 
 torch = pytest.importorskip("torch")
 

@@ -1,4 +1,7 @@
-"""One recording lifecycle (polyprof.recording): the gate, matched session hooks, exporter shutdown, fork."""
+"""One recording lifecycle (polyprof.runtime.recording).
+
+The gate, matched session hooks, exporter shutdown, fork.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +16,10 @@ from pathlib import Path
 import pytest
 
 import polyprof
+import polyprof.hooks.registry
 import polyprof.legacy
-import polyprof.registry
 from polyprof import ProfilerActivity, hookimpl
-from polyprof.recording import RecordingGate, RecordingInProgressError, recording_gate
+from polyprof.runtime.recording import RecordingGate, RecordingInProgressError, recording_gate
 from polyprof.testing import ComponentPlugin, FakeTracer, InMemoryExporter, make_plugin_manager_for_tests
 
 torch = pytest.importorskip("torch")
@@ -56,7 +59,7 @@ def owned_plugin_manager(monkeypatch):
             ("counter", counter), ComponentPlugin(exporters=[exporter]), builtins=True
         )
 
-    monkeypatch.setattr(polyprof.registry, "make_plugin_manager", make)
+    monkeypatch.setattr(polyprof.hooks.registry, "make_plugin_manager", make)
     return counter, exporters
 
 
@@ -107,10 +110,10 @@ def test_every_frontend_passes_the_one_gate() -> None:
 
 
 def test_no_frontend_monkeypatches_the_gate() -> None:
-    # polyprof run used to replace polyprof.profiler._enter_active at run time.
-    import polyprof.profiler
+    # polyprof run used to replace polyprof.frontends.profiler._enter_active at run time.
+    import polyprof.frontends.profiler
 
-    assert not hasattr(polyprof.profiler, "_enter_active")
+    assert not hasattr(polyprof.frontends.profiler, "_enter_active")
 
 
 # ------------------------------------------------------------------ session hooks and exporters

@@ -24,7 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import polyprof  # noqa: E402
-from polyprof.events import EventKind  # noqa: E402
+from polyprof.base.events import EventKind  # noqa: E402
 
 TASKS = Path("/proc/self/task")
 #: The most wake-ups a second any polyprof thread may have while a profile records.

@@ -19,14 +19,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import polyprof
-from polyprof import activity_resolution
-from polyprof.activity import ProfilerActivity
-from polyprof.averages import Aggregator
-from polyprof.components import Capabilities, Exporter, Subscriber
-from polyprof.config import ProfileConfig
-from polyprof.errors import ActivityUnavailableError, PluginLoadError, PluginUnavailable, PolyprofWarning
-from polyprof.plugin_calls import PluginCallError
-from polyprof.plugin_discovery import (
+from polyprof.analysis.averages import Aggregator
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.errors import ActivityUnavailableError, PluginLoadError, PluginUnavailable, PolyprofWarning
+from polyprof.hooks import activity_resolution
+from polyprof.hooks.components import Capabilities, Exporter, Subscriber
+from polyprof.hooks.plugin_calls import PluginCallError
+from polyprof.hooks.plugin_discovery import (
     ALLOW_LIST_ENV,
     BUILTIN_PLUGINS,
     DISABLE_AUTOLOAD_ENV,
@@ -34,8 +34,13 @@ from polyprof.plugin_discovery import (
     env_flag,
     parse_allow_list,
 )
-from polyprof.plugin_info import PluginInfo
-from polyprof.registry import TRACE_ENV, PolyprofPluginManager, UnknownExporterError, make_plugin_manager
+from polyprof.hooks.plugin_info import PluginInfo
+from polyprof.hooks.registry import (
+    TRACE_ENV,
+    PolyprofPluginManager,
+    UnknownExporterError,
+    make_plugin_manager,
+)
 from polyprof.testing import (
     ComponentPlugin,
     FakeTracer,
@@ -48,7 +53,7 @@ from polyprof.testing import (
 PLUGIN_SOURCES = {
     "pp_fake_valid": """
         from polyprof import hookimpl
-        from polyprof.components import Capabilities
+        from polyprof.hooks.components import Capabilities
         from polyprof.testing import InMemoryExporter
 
         @hookimpl
@@ -61,7 +66,7 @@ PLUGIN_SOURCES = {
     """,
     "pp_fake_other": """
         from polyprof import hookimpl
-        from polyprof.components import Capabilities
+        from polyprof.hooks.components import Capabilities
         from polyprof.testing import InMemoryExporter
 
         @hookimpl
@@ -77,7 +82,7 @@ PLUGIN_SOURCES = {
         raise ImportError("libfake.so.1: cannot open shared object file")
     """,
     "pp_fake_unavailable": """
-        from polyprof.errors import PluginUnavailable
+        from polyprof.base.errors import PluginUnavailable
         raise PluginUnavailable("no FakeDevice driver (libfakedev not found)")
     """,
     "pp_fake_typo": """
@@ -95,12 +100,12 @@ PLUGIN_SOURCES = {
             return None
     """,
     "pp_fake_cuda": """
-        from polyprof.errors import PluginUnavailable
+        from polyprof.base.errors import PluginUnavailable
         raise PluginUnavailable("no CUDA driver found")
     """,
     "pp_fake_stacks": """
         from polyprof import hookimpl
-        from polyprof.components import Capabilities
+        from polyprof.hooks.components import Capabilities
 
         LOADED_FROM_ENTRY_POINT = True
 
@@ -184,7 +189,7 @@ def infos_by_name(pm: PolyprofPluginManager) -> dict[str, PluginInfo]:
 
 def test_guarded_loading_records_each_outcome_and_goes_on(installed, caplog):
     installed(FAKES)
-    with caplog.at_level(logging.WARNING, logger="polyprof.registry"):
+    with caplog.at_level(logging.WARNING, logger="polyprof.hooks.registry"):
         pm = make_plugin_manager(builtins=False)
     infos = infos_by_name(pm)
     assert set(infos) == {"valid", "broken", "unavailable", "typo", "badsig", "missing"}
@@ -234,7 +239,7 @@ def test_guarded_loading_records_each_outcome_and_goes_on(installed, caplog):
 
 def test_unreadable_distribution_is_skipped(installed, caplog):
     installed(BrokenDistribution(), OTHER)
-    with caplog.at_level(logging.WARNING, logger="polyprof.registry"):
+    with caplog.at_level(logging.WARNING, logger="polyprof.hooks.registry"):
         candidates = discover_entry_points()
     assert [c.name for c in candidates] == ["other"]
     assert "METADATA unreadable" in caplog.text
@@ -255,7 +260,7 @@ def test_distribution_seen_twice_loads_once_and_name_clash_fails_closed(installe
 
 def test_no_global_manager_at_import():
     code = (
-        "import gc, pluggy, polyprof, polyprof.registry, polyprof.cli, polyprof.testing\n"
+        "import gc, pluggy, polyprof, polyprof.hooks.registry, polyprof.cli, polyprof.testing\n"
         "print(sum(isinstance(o, pluggy.PluginManager) for o in gc.get_objects()))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -580,7 +585,7 @@ def test_hook_errors_name_the_plugin_or_are_isolated(caplog):
     with pytest.raises(RuntimeError, match="aggregator setup failed") as err:
         pm.make_aggregators(CONFIG)
     assert "raised by polyprof plugin 'explodes' in polyprof_make_aggregators" in err.value.__notes__
-    with caplog.at_level(logging.WARNING, logger="polyprof.registry"):
+    with caplog.at_level(logging.WARNING, logger="polyprof.hooks.registry"):
         results = pm.call_each("polyprof_trace_ready", isolate_errors=True, session=None, trace=None)
     assert results == []
     assert "plugin_hook_failed" in caplog.text and "plugin='explodes'" in caplog.text
@@ -714,7 +719,7 @@ def test_plugins_may_add_hooks_before_or_after_their_users():
 
 def test_trace_plugins_env_logs_hook_calls(monkeypatch, caplog):
     monkeypatch.setenv(TRACE_ENV, "1")
-    with caplog.at_level(logging.INFO, logger="polyprof.registry"):
+    with caplog.at_level(logging.INFO, logger="polyprof.hooks.registry"):
         pm = make_plugin_manager_for_tests(ComponentPlugin(exporters=[InMemoryExporter("m")]))
         pm.make_exporter(CONFIG, "m")
     text = caplog.text
@@ -722,7 +727,7 @@ def test_trace_plugins_env_logs_hook_calls(monkeypatch, caplog):
     assert "event='hook_result'" in text and "InMemoryExporter" in text
     pm.close()
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="polyprof.registry"):
+    with caplog.at_level(logging.INFO, logger="polyprof.hooks.registry"):
         pm.make_exporter(CONFIG, "m")
     assert "hook_call" not in caplog.text, "close() undoes the monitoring"
 
@@ -762,7 +767,7 @@ class FailingShutdown(Exporter):
 def test_close_shuts_down_exporters_and_logs_failures(caplog):
     good = InMemoryExporter("good")
     pm = make_plugin_manager_for_tests(ComponentPlugin(exporters=[good, FailingShutdown()]))
-    with caplog.at_level(logging.WARNING, logger="polyprof.registry"), pm:
+    with caplog.at_level(logging.WARNING, logger="polyprof.hooks.registry"), pm:
         pm.make_exporter(CONFIG, "good")
         pm.make_exporter(CONFIG, "bad")
     assert good.shut_down
@@ -807,7 +812,7 @@ def test_fake_tracer_and_in_memory_exporter():
     assert exporter.traces == [trace] and exporter.exported[0].options == {"detail": 1}
     exporter.clear()
     assert exporter.exported == []
-    with pytest.raises(TypeError, match=r"needs a polyprof.trace.Trace"):
+    with pytest.raises(TypeError, match=r"needs a polyprof.base.trace.Trace"):
         exporter.export(batch, "x")
 
 

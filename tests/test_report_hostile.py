@@ -27,10 +27,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from polyprof.chrome_reader import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, read_chrome_trace
-from polyprof.cli_report import EXIT_BAD_INPUT
-from polyprof.kineto_format import encode_args
-from polyprof.terminal import terminal_safe
+from polyprof.base.kineto_format import encode_args
+from polyprof.base.terminal import terminal_safe
+from polyprof.cli.cli_report import EXIT_BAD_INPUT
+from polyprof.formats.chrome_reader import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, read_chrome_trace
 from report_cli import CliResult, report_runner
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +85,7 @@ def gzip_bomb(path: Path, decompressed: int, prefix: bytes = b'{"traceEvents": [
 _PEAK_CHILD = """
 import resource, sys
 from polyprof import cli
-from polyprof.cli_report import add_report_command
+from polyprof.cli.cli_report import add_report_command
 if add_report_command not in cli.SUBCOMMANDS:
     cli.SUBCOMMANDS.append(add_report_command)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -162,7 +162,7 @@ def test_running_out_of_memory_is_one_line(tmp_path, report, monkeypatch):
     def exhausted(*args: Any, **kwargs: Any) -> Any:
         raise MemoryError
 
-    monkeypatch.setattr("polyprof.cli_report.read_chrome_trace", exhausted)
+    monkeypatch.setattr("polyprof.cli.cli_report.read_chrome_trace", exhausted)
     assert_one_line_error(report(path), path, "not enough memory to read this trace")
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from polyprof.cli_report import load_report_results
-from polyprof.events import DeviceType
+from polyprof.base.events import DeviceType
+from polyprof.cli.cli_report import load_report_results
 
 DATA = Path(__file__).parent / "data" / "kineto_gpu"
 TRACES = sorted(p.name for p in DATA.glob("*.json.gz"))

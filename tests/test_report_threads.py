@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from polyprof.cli import main as cli_main
-from polyprof.cli_report import ReportOptions, load_report_results, render_report
+from polyprof.cli.cli_report import ReportOptions, load_report_results, render_report
 
 JOB = textwrap.dedent(
     """

@@ -1,4 +1,4 @@
-"""polyprof.results and the key_averages aggregator, with torch as the oracle on real profiles.
+"""polyprof.analysis.results and the key_averages aggregator, with torch as the oracle on real profiles.
 
 Each workload runs once under torch.profiler. Its raw ``_ProfilerResult`` is
 decoded by polyprof's CPU tracer *before* torch parses it, wrapped in a
@@ -20,16 +20,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from polyprof.activity import ProfilerActivity as PA
-from polyprof.averages import Aggregator, KeyAveragesSummary, summarize
-from polyprof.config import ProfileConfig
-from polyprof.event_list import EventList
-from polyprof.function_events import FunctionEvent, FunctionEventAvg
-from polyprof.results import ProfileResults
+from polyprof.analysis.averages import Aggregator, KeyAveragesSummary, summarize
+from polyprof.analysis.event_list import EventList
+from polyprof.analysis.function_events import FunctionEvent, FunctionEventAvg
+from polyprof.analysis.results import ProfileResults
+from polyprof.analysis.tree import post_processing_rules, tree_for
+from polyprof.base.activity import ProfilerActivity as PA
+from polyprof.base.config import ProfileConfig
+from polyprof.base.torch_support import installed
+from polyprof.base.trace import Trace
 from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
-from polyprof.torch_support import installed
-from polyprof.trace import Trace
-from polyprof.tree import post_processing_rules, tree_for
 from polyprof_builtins import key_averages as key_averages_plugin
 from polyprof_builtins.key_averages import KeyAverages
 from polyprof_builtins.torch_cpu import decode_result

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import polyprof
 from hypothesis_budget import examples
-from polyprof.schedule import InvalidScheduleError, ProfilerAction, coerce_action
+from polyprof.frontends.schedule import InvalidScheduleError, ProfilerAction, coerce_action
 
 torch_profiler = pytest.importorskip("torch.profiler")
 

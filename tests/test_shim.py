@@ -27,7 +27,7 @@ from torch.autograd import profiler_legacy  # noqa: E402
 
 import polyprof  # noqa: E402
 from polyprof import shim  # noqa: E402
-from polyprof.recording import recording_gate  # noqa: E402
+from polyprof.runtime.recording import recording_gate  # noqa: E402
 
 #: torch's own objects, captured before any test installs the shims. Held as attributes of an
 #: object, which install() does not scan: a module global bound to them (like the next line) would
@@ -94,7 +94,7 @@ def test_install_replaces_torch_names_and_uninstall_restores_the_same_objects() 
     assert autograd_profiler.profile is shim.AutogradProfile
     assert issubclass(shim.TorchProfile, polyprof.profile)
     if legacy_available():
-        from polyprof import legacy
+        from polyprof.frontends import legacy
 
         assert profiler_legacy.profile is shim.LegacyProfile
         assert issubclass(shim.LegacyProfile, legacy.profile)
@@ -202,7 +202,7 @@ def test_globals_bound_before_install_are_rebound_then_restored(fake_module) -> 
     assert fake_module.ours is polyprof.profile
     assert "pp_shim_user_code.TorchProf" in shim.installed_bindings()
     # polyprof's own modules keep their own names.
-    assert polyprof.profile is polyprof.profiler.profile
+    assert polyprof.profile is polyprof.frontends.profiler.profile
     shim.uninstall()
     assert fake_module.profile is ORIGINAL.torch
     assert fake_module.TorchProf is ORIGINAL.torch
@@ -459,7 +459,7 @@ def test_disabled_autograd_profile_records_nothing_and_says_so() -> None:
 # ------------------------------------------------------------------ enabled and record-once, one rule
 
 
-#: The two frontends with torch's enabled/record-once rule (polyprof.recording.RecordOnce).
+#: The two frontends with torch's enabled/record-once rule (polyprof.runtime.recording.RecordOnce).
 RECORD_ONCE_FRONTENDS = ("legacy", "autograd")
 
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from polyprof.activity import ProfilerActivity as PA
-from polyprof.collapsed_stacks import SUPPORTED_METRICS, metric_attribute
-from polyprof.config import ProfileConfig
-from polyprof.events import EventKind
+from polyprof.analysis.collapsed_stacks import SUPPORTED_METRICS, metric_attribute
+from polyprof.base.activity import ProfilerActivity as PA
+from polyprof.base.config import ProfileConfig
+from polyprof.base.events import EventKind
+from polyprof.base.trace import Trace
 from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
-from polyprof.trace import Trace
 from polyprof_builtins import stacks as stacks_plugin
 from polyprof_builtins.stacks import StacksExporter
 from polyprof_builtins.torch_cpu import decode_result

@@ -1,4 +1,4 @@
-"""polyprof.table.build_table against the installed torch's own table code as the oracle.
+"""polyprof.analysis.table.build_table against the installed torch's own table code as the oracle.
 
 On every supported torch (2.6 to 2.15) the oracle is that release's
 ``_build_table``. Two things polyprof does on purpose on older releases are
@@ -10,7 +10,7 @@ Real events come from torch.profiler on small CPU workloads; device-time events
 are built by hand with torch's FunctionEvent (legacy and Kineto style); random
 FunctionEventAvg records come from hypothesis. For each input, our text must be
 byte for byte torch's, except where polyprof differs on purpose (see
-polyprof.table's docstring); those cases have their own tests.
+polyprof.analysis.table's docstring); those cases have their own tests.
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ from torch.autograd.profiler_util import (
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from hypothesis_budget import examples
-from polyprof import torch_support
-from polyprof.table import (
+from polyprof.analysis.table import (
     VALID_SORT_KEYS,
     InvalidSortKeyError,
     TimeShareError,
@@ -51,7 +50,8 @@ from polyprof.table import (
     format_time,
     format_time_share,
 )
-from polyprof.tree import PostProcessingRules, post_processing_rules
+from polyprof.analysis.tree import PostProcessingRules, post_processing_rules
+from polyprof.base import torch_support
 
 ExperimentalConfig = torch._C._profiler._ExperimentalConfig
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from polyprof.activity import ProfilerActivity
-from polyprof.config import ProfileConfig
-from polyprof.events import EventKind
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.events import EventKind
 from polyprof_builtins.torch_cpu import decode_result
 
 
@@ -135,7 +135,7 @@ def test_unsigned_thread_ids_keep_their_bits() -> None:
 
 def test_hidden_events_are_skipped_as_torch_does() -> None:
     """torch drops hidden events from 2.9, where the accessor appears; older torch reads them all."""
-    from polyprof import torch_support
+    from polyprof.base import torch_support
 
     result = FakeResult(
         [FakeKinetoEvent("aten::add", 1_000, 10), FakeKinetoEvent("hidden", 1_005, 1, hidden=True, corr=9)]
@@ -170,8 +170,8 @@ def test_real_torch_result_round_trip() -> None:
 
 def test_rerooted_python_frames_are_written_as_torch_writes_a_root_frame() -> None:
     # Kineto's own text for two frames; the second's parent was one of polyprof's bus-thread frames.
-    from polyprof import torch_support
-    from polyprof.kineto_format import encode_args_table, kineto_args_column
+    from polyprof.base import torch_support
+    from polyprof.base.kineto_format import encode_args_table, kineto_args_column
     from polyprof_builtins.torch_cpu import _with_python_parents
 
     texts = [

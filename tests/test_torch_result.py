@@ -17,14 +17,20 @@ import numpy as np
 import pytest
 
 import polyprof
-from polyprof import activity_resolution
-from polyprof.activity import ProfilerActivity
-from polyprof.components import Capabilities
-from polyprof.config import ProfileConfig
-from polyprof.errors import PolyprofError
-from polyprof.events import DeviceType, EventBatch, EventKind
-from polyprof.hookspecs import hookimpl
-from polyprof.plugin_calls import PluginCallError
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.errors import PolyprofError
+from polyprof.base.events import DeviceType, EventBatch, EventKind
+from polyprof.hooks import activity_resolution
+from polyprof.hooks.components import Capabilities
+from polyprof.hooks.hookspecs import hookimpl
+from polyprof.hooks.plugin_calls import PluginCallError
+from polyprof.runtime.torch_result import (
+    CollectorResult,
+    DeviceRowClaims,
+    TorchResultTracer,
+    decode_device_rows,
+)
 from polyprof.testing import (
     KinetoEventStandIn,
     KinetoEventStandIn211,
@@ -32,7 +38,6 @@ from polyprof.testing import (
     make_plugin_manager_for_tests,
     run_pytest_in_child,
 )
-from polyprof.torch_result import CollectorResult, DeviceRowClaims, TorchResultTracer, decode_device_rows
 
 torch = pytest.importorskip("torch")
 from polyprof_builtins import torch_cpu  # noqa: E402
@@ -354,7 +359,7 @@ def test_a_nested_torch_profiler_pause_waits_for_the_devices_first(monkeypatch: 
 
 
 def test_kineto_device_reason_asks_torch_as_supported_activities_does() -> None:
-    from polyprof.torch_result import kineto_device_reason
+    from polyprof.runtime.torch_result import kineto_device_reason
 
     if not torch.cuda.is_available():  # no GPU here: torch lists no CUDA, and says why
         assert (

@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from polyprof import torch_support
-from polyprof.activity import ProfilerActivity as PA
-from polyprof.config import ProfileConfig
-from polyprof.events import EventBatch, EventKind, concat
-from polyprof.result_rows import ResultRows
-from polyprof.trace import Trace
-from polyprof.tree import EventTree
+from polyprof.analysis.tree import EventTree
+from polyprof.base import torch_support
+from polyprof.base.activity import ProfilerActivity as PA
+from polyprof.base.config import ProfileConfig
+from polyprof.base.events import EventBatch, EventKind, concat
+from polyprof.base.trace import Trace
+from polyprof.runtime.result_rows import ResultRows
 
 torch = pytest.importorskip("torch")
 from torch._C._profiler import _ExperimentalConfig  # noqa: E402
@@ -311,8 +311,8 @@ def test_python_functions_only_torchs_writer_has_become_trace_only_rows() -> Non
         _python_frame("train.py(9): step", 0.06, 2, 1),
         # an untracked thread's frame: torch writes pid and tid 0 and an unset thread as 2**64 - 1
         _python_frame("tqdm/_monitor.py(60): run", 0.07, 3, None, tid=0, pid=0),
-        _python_frame("polyprof/bus.py(431): _run_bus_loop", 0.08, 4, None),
-        _python_frame("polyprof/bus.py(80): _pull", 0.09, 5, 4),
+        _python_frame("polyprof/runtime/bus.py(431): _run_bus_loop", 0.08, 4, None),
+        _python_frame("polyprof/runtime/bus.py(80): _pull", 0.09, 5, 4),
     ]
     result = _FakeResult([_FakeEvent("aten::add", 100)], trace_events)
     saved = torch_cpu.SavedKinetoTrace.read(result)
@@ -324,7 +324,7 @@ def test_python_functions_only_torchs_writer_has_become_trace_only_rows() -> Non
     assert batch["start_ns"].tolist() == [50, 60, 70] and batch["dur_ns"].tolist() == [1500] * 3
     assert batch["pid"].tolist() == [5, 5, 0] and batch["tid"].tolist() == [7, 7, 0]
     assert batch["python_parent_id"].tolist() == [-1, 1, -1]
-    # Structured args (polyprof.kineto_format): the exporter alone writes them as JSON.
+    # Structured args (polyprof.base.kineto_format): the exporter alone writes them as JSON.
     assert dict(batch.values("args")[1]) == {"Python parent id": 1, "Python id": 2, "Ev Idx": 12}
 
 

@@ -25,9 +25,10 @@ pytest.importorskip("duckdb")
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from polyprof import fileio, rank_set
+from polyprof.base import fileio
 from polyprof.cli import main as cli_main
-from polyprof.rank_set import collect_rank_set, temporary_parquet_dir
+from polyprof.ranks import rank_set
+from polyprof.ranks.rank_set import collect_rank_set, temporary_parquet_dir
 
 BASE_NS = 1_700_000_000_000_000_000
 #: What a terminal must never get raw: C0 controls but the newline, DEL, C1.
@@ -139,7 +140,7 @@ def test_report_refuses_to_write_over_one_of_its_traces(
         argv = [str(run), "-o", str(tmp_path / "link.json")]
     before = contents(run)
     converted: list[str] = []
-    monkeypatch.setattr("polyprof.rank_set.json_trace_table", lambda source: converted.append(source))
+    monkeypatch.setattr("polyprof.ranks.rank_set.json_trace_table", lambda source: converted.append(source))
     assert cli_main(["report", *argv, "--format", "json"]) == 2
     line = assert_one_clear_line(capsys.readouterr().err, "report")
     assert "is one of the traces to report on, which is never written over" in line
@@ -201,7 +202,7 @@ def test_convert_into_its_source_directory_skips_a_source_it_would_write_over(tm
 
 @pytest.fixture
 def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every file polyprof.fileio writes goes to /dev/full: its data fails with ENOSPC, for real."""
+    """Every file polyprof.base.fileio writes goes to /dev/full: its data fails with ENOSPC, for real."""
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full here")
     real = fileio._create_temp
@@ -274,7 +275,7 @@ def test_a_parquet_dir_that_cannot_be_used_is_refused_before_any_conversion(
     (tmp_path / "file").write_text("not a directory")
     parquet_dir = tmp_path / "file" if where == "a file" else tmp_path / "file" / "pq"
     converted: list[str] = []
-    monkeypatch.setattr("polyprof.rank_set.json_trace_table", lambda source: converted.append(source))
+    monkeypatch.setattr("polyprof.ranks.rank_set.json_trace_table", lambda source: converted.append(source))
     argv = ["-o", str(tmp_path / "m.json")] if command == "merge" else []
     assert cli_main([command, str(run), "--parquet-dir", str(parquet_dir), *argv]) == 2
     line = assert_one_clear_line(capsys.readouterr().err, command)
@@ -304,7 +305,7 @@ def test_a_parquet_trace_whose_ts_is_text_is_skipped_with_the_reason(
 SLOW_COMMAND = textwrap.dedent(
     """
     import sys, time
-    import polyprof.cli_merge, polyprof.ranks
+    import polyprof.cli.cli_merge, polyprof.ranks
     from polyprof.cli import main
 
     def slow(*args, **kwargs):  # the traces are converted into the temporary folder by now
@@ -312,7 +313,7 @@ SLOW_COMMAND = textwrap.dedent(
         time.sleep(120)
 
     polyprof.ranks.rank_rows = slow
-    polyprof.cli_merge.merge_rank_set = slow
+    polyprof.cli.cli_merge.merge_rank_set = slow
     raise SystemExit(main(sys.argv[1:]))
     """
 )
@@ -355,7 +356,7 @@ def test_sigterm_removes_the_temporary_folder_and_exits_143(
 SLOW_QUERY = textwrap.dedent(
     """
     import sys
-    from polyprof import rank_analysis
+    from polyprof.ranks import rank_analysis
     from polyprof.cli import main
 
     real = rank_analysis.rows_of_rank
@@ -517,7 +518,7 @@ def test_a_symlink_loop_is_named_as_one(run: Path, capsys) -> None:
 def test_the_reasons_name_the_users_trace_never_its_parquet_copy(
     run: Path, private_tmpdir: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    from polyprof import rank_set
+    from polyprof.ranks import rank_set
 
     real = rank_set.write_parquet_table
 

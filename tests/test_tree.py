@@ -1,4 +1,4 @@
-"""polyprof.tree against torch's own post-processing as the oracle.
+"""polyprof.analysis.tree against torch's own post-processing as the oracle.
 
 Synthetic event sets (hypothesis) are turned two ways: into an ``EventBatch``
 for ``EventTree.from_trace``, and into fake ``_KinetoEvent`` objects (same
@@ -27,13 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from polyprof import torch_support
-from polyprof import tree as tree_module
-from polyprof.activity import ProfilerActivity
-from polyprof.config import ProfileConfig
-from polyprof.events import DeviceType, EventBatch, EventKind, concat
-from polyprof.testing import make_event_batch, make_trace
-from polyprof.tree import (
+from polyprof.analysis import tree as tree_module
+from polyprof.analysis.tree import (
     FILTERED_NAMES,
     LAZY_COLUMNS,
     EventTree,
@@ -49,6 +44,11 @@ from polyprof.tree import (
     tree_for,
     use_device_for,
 )
+from polyprof.base import torch_support
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.events import DeviceType, EventBatch, EventKind, concat
+from polyprof.testing import make_event_batch, make_trace
 
 torch = pytest.importorskip("torch")
 from torch.autograd import DeviceType as TorchDeviceType  # noqa: E402
@@ -730,7 +730,7 @@ def test_rules_without_importing_torch_come_from_its_metadata() -> None:
 
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "from polyprof.tree import post_processing_rules\n"
+        "from polyprof.analysis.tree import post_processing_rules\n"
         "print(post_processing_rules().torch_minor)\n"
         "assert sys.modules['torch'] is None\n"
     )
@@ -1111,7 +1111,7 @@ class _CountingProvider:
 
 
 def test_building_and_summarizing_never_decode_deferred_columns() -> None:
-    from polyprof.averages import summarize
+    from polyprof.analysis.averages import summarize
 
     n = 4
     providers = {

@@ -42,8 +42,8 @@ from torch.autograd import profiler_legacy, profiler_util  # noqa: E402
 
 import polyprof.legacy  # noqa: E402
 from polyprof import ProfilerActivity, shim  # noqa: E402
-from polyprof.autograd_profile import KinetoRequiredError  # noqa: E402
-from polyprof.events import DeviceType, EventKind  # noqa: E402
+from polyprof.base.events import DeviceType, EventKind  # noqa: E402
+from polyprof.frontends.autograd_profile import KinetoRequiredError  # noqa: E402
 from polyprof.testing import (  # noqa: E402
     ComponentPlugin,
     FakeTracer,

@@ -7,15 +7,26 @@ entry-point group. ``import polyprof`` does not import torch.
 """
 
 # itt: torch.profiler.itt's API; legacy: polyprof.legacy.profile, the IPEX legacy API.
-from polyprof import itt, legacy
+from polyprof import _compat, itt, legacy
 from polyprof._version import __version__
-from polyprof.activity import ProfilerActivity
-from polyprof.errors import ActivityUnavailableError, PluginUnavailable, PolyprofError
-from polyprof.hookspecs import hookimpl, hookspec
-from polyprof.itt import emit_itt
-from polyprof.profiler import profile, tensorboard_trace_handler
-from polyprof.record import record_function
-from polyprof.schedule import ProfilerAction, schedule
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.errors import (
+    ActivityUnavailableError,
+    PluginLoadError,
+    PluginUnavailable,
+    PolyprofDeprecationWarning,
+    PolyprofError,
+    PolyprofWarning,
+    ProfilerDisabledError,
+)
+from polyprof.frontends.itt import emit_itt
+from polyprof.frontends.profiler import profile, tensorboard_trace_handler
+from polyprof.frontends.record import record_function
+from polyprof.frontends.schedule import ProfilerAction, schedule
+from polyprof.hooks.hookspecs import hookimpl, hookspec
+
+# The old module paths (polyprof.tree, ...) resolve from here on, each with a deprecation warning.
+_compat.install()
 
 
 def __getattr__(name: str):
@@ -29,8 +40,9 @@ def __getattr__(name: str):
 
 def supported_activities() -> set[ProfilerActivity]:
     """Activities that installed, usable plugins can record here (torch's function of the same name)."""
-    from polyprof import activity_resolution, torch_support
-    from polyprof.registry import shared_plugin_manager
+    from polyprof.base import torch_support
+    from polyprof.hooks import activity_resolution
+    from polyprof.hooks.registry import shared_plugin_manager
 
     torch_support.import_installed()  # as torch's own function does: the plugins ask torch itself
     pm = shared_plugin_manager()
@@ -40,10 +52,14 @@ def supported_activities() -> set[ProfilerActivity]:
 
 __all__ = [
     "ActivityUnavailableError",
+    "PluginLoadError",
     "PluginUnavailable",
+    "PolyprofDeprecationWarning",
     "PolyprofError",
+    "PolyprofWarning",
     "ProfilerAction",
     "ProfilerActivity",
+    "ProfilerDisabledError",
     "__version__",
     "emit_itt",
     "hookimpl",

@@ -24,18 +24,19 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from polyprof.activity import (
+from polyprof.analysis.averages import KEY_AVERAGES, Aggregator, KeyAveragesSummary, summarize
+from polyprof.analysis.collapsed_stacks import collapsed_stack_lines, metric_attribute
+from polyprof.analysis.function_events import FunctionEventAvg
+from polyprof.analysis.tree import EventTree, MergedTrace, tree_for, use_device_for
+from polyprof.base.activity import (
     DISTRIBUTION_FOR_ACTIVITY,
     TORCH_COLLECTOR_ACTIVITY_NAMES,
     ProfilerActivity,
     coerce_activity,
 )
-from polyprof.averages import KEY_AVERAGES, Aggregator, KeyAveragesSummary, summarize
-from polyprof.collapsed_stacks import collapsed_stack_lines, metric_attribute
-from polyprof.components import Capabilities, Exporter, Outbox, Subscriber, Tracer
-from polyprof.config import ProfileConfig
-from polyprof.errors import ActivityUnavailableError, PluginUnavailable, PolyprofError, PolyprofWarning
-from polyprof.events import (
+from polyprof.base.config import ProfileConfig
+from polyprof.base.errors import ActivityUnavailableError, PluginUnavailable, PolyprofError, PolyprofWarning
+from polyprof.base.events import (
     FIELDS,
     DeviceType,
     EventBatch,
@@ -44,10 +45,8 @@ from polyprof.events import (
     intern_column,
     intern_structured_column,
 )
-from polyprof.fileio import WriteCancelled, atomic_writer, check_writable_path
-from polyprof.function_events import FunctionEventAvg
-from polyprof.hookspecs import hookimpl, hookspec
-from polyprof.kineto_format import (
+from polyprof.base.fileio import WriteCancelled, atomic_writer, check_writable_path
+from polyprof.base.kineto_format import (
     CATEGORY_BY_KIND,
     DEVICE_KINDS,
     HOST_CATEGORIES,
@@ -67,8 +66,13 @@ from polyprof.kineto_format import (
     trimonth_base_ns,
     us_to_ns,
 )
-from polyprof.log import Logger, get_logger
-from polyprof.torch_result import (
+from polyprof.base.log import Logger, get_logger
+from polyprof.base.torch_support import TorchBuild, TorchFeatures, installed
+from polyprof.base.trace import Trace
+from polyprof.base.user_warnings import ActivityUnavailableWarning, user_stacklevel, warn_activity_unavailable
+from polyprof.hooks.components import Capabilities, Exporter, Outbox, Subscriber, Tracer
+from polyprof.hooks.hookspecs import hookimpl, hookspec
+from polyprof.runtime.torch_result import (
     CollectorResult,
     FlowRule,
     HostRowKind,
@@ -76,18 +80,14 @@ from polyprof.torch_result import (
     decode_device_rows,
     kineto_device_reason,
 )
-from polyprof.torch_support import TorchBuild, TorchFeatures, installed
-from polyprof.trace import Trace
-from polyprof.tree import EventTree, MergedTrace, tree_for, use_device_for
-from polyprof.user_warnings import ActivityUnavailableWarning, user_stacklevel, warn_activity_unavailable
 
 if TYPE_CHECKING:
-    from polyprof.registry import PolyprofPluginManager
-    from polyprof.session import Session
+    from polyprof.hooks.registry import PolyprofPluginManager
+    from polyprof.runtime.session import Session
 
 #: Names loaded on first use (``__getattr__``): their modules cost more to import than this whole
 #: namespace (the session pulls in the bus and anyio), and a plugin needs them only as types.
-_LOADED_ON_USE = {"PolyprofPluginManager": "polyprof.registry", "Session": "polyprof.session"}
+_LOADED_ON_USE = {"PolyprofPluginManager": "polyprof.hooks.registry", "Session": "polyprof.runtime.session"}
 
 
 def __getattr__(name: str) -> Any:
@@ -102,11 +102,11 @@ def __getattr__(name: str) -> Any:
 def installed_build() -> TorchBuild | None:
     """The installed torch's build (None when torch is not installed), read without importing torch.
 
-    ``polyprof.torch_support.installed_build``, looked up at each call, so that a
+    ``polyprof.base.torch_support.installed_build``, looked up at each call, so that a
     plugin sees the build the core sees (a test that fakes it there fakes it for
     both). Device plugins decide by it whether torch's Kineto owns CUPTI or PTI.
     """
-    from polyprof import torch_support
+    from polyprof.base import torch_support
 
     return torch_support.installed_build()
 

@@ -17,7 +17,7 @@ them fails to register, so a misspelled hook name fails the test.
 ``InMemoryExporter``, ``FakeTracer`` and ``ComponentPlugin`` stand in for the
 other side of the contract. ``KinetoEventStandIn`` and ``RawResultStandIn``
 stand in for torch's collector result, so a device plugin's decoding
-(``polyprof.torch_result``) is tested without the device.
+(``polyprof.runtime.torch_result``) is tested without the device.
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ from typing import Any
 
 import attrs
 
-from polyprof.activity import ProfilerActivity, coerce_activity
-from polyprof.averages import Aggregator
-from polyprof.components import Capabilities, Exporter, Subscriber, Tracer
-from polyprof.config import ProfileConfig
-from polyprof.errors import PluginLoadError
-from polyprof.events import FIELDS, EventBatch, EventKind, concat, intern_column
-from polyprof.hookspecs import hookimpl
-from polyprof.registry import PolyprofPluginManager, make_plugin_manager
-from polyprof.trace import Trace
+from polyprof.analysis.averages import Aggregator
+from polyprof.base.activity import ProfilerActivity, coerce_activity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.errors import PluginLoadError
+from polyprof.base.events import FIELDS, EventBatch, EventKind, concat, intern_column
+from polyprof.base.trace import Trace
+from polyprof.hooks.components import Capabilities, Exporter, Subscriber, Tracer
+from polyprof.hooks.hookspecs import hookimpl
+from polyprof.hooks.registry import PolyprofPluginManager, make_plugin_manager
 
 
 def make_plugin_manager_for_tests(
@@ -99,7 +99,7 @@ class InMemoryExporter(Exporter):
     def export(self, trace: Trace, path: str, **options: Any) -> str:
         if not isinstance(trace, Trace):
             raise TypeError(
-                f"InMemoryExporter.export needs a polyprof.trace.Trace, not {type(trace).__name__}"
+                f"InMemoryExporter.export needs a polyprof.base.trace.Trace, not {type(trace).__name__}"
             )
         written = os.fspath(path)
         with self._lock:
@@ -234,7 +234,7 @@ class ComponentPlugin:
 def make_event_batch(events: Sequence[Mapping[str, Any]], source: str = "test") -> EventBatch:
     """An ``EventBatch`` from one dict per event (test data; a Python loop per event).
 
-    Keys are ``polyprof.events.FIELDS`` names; interned fields take plain
+    Keys are ``polyprof.base.events.FIELDS`` names; interned fields take plain
     values (``"name": "aten::mm"``, ``"shapes": ((2, 3),)``). ``kind`` may be
     an ``EventKind``; missing ``kind``/``start_ns``/``dur_ns`` default to
     ``CPU_OP``/0/0.

@@ -56,16 +56,12 @@ import attrs
 import numpy as np
 import orjson
 
-from polyprof import native_reader
-from polyprof.activity import CPU_GROUP_ACTIVITY_TYPES, ProfilerActivity
-from polyprof.components import Capabilities, Exporter
-from polyprof.config import ProfileConfig
-from polyprof.distributed import distributed_info
-from polyprof.events import API_CALL_KINDS, HOST_KINDS, DeviceType, EventBatch, EventKind, kind_codes
-from polyprof.exporting import check_export_suffix
-from polyprof.fileio import atomic_writer, check_writable_path
-from polyprof.hookspecs import hookimpl
-from polyprof.kineto_format import (
+from polyprof.base.activity import CPU_GROUP_ACTIVITY_TYPES, ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.distributed import distributed_info
+from polyprof.base.events import API_CALL_KINDS, HOST_KINDS, DeviceType, EventBatch, EventKind, kind_codes
+from polyprof.base.fileio import atomic_writer, check_writable_path
+from polyprof.base.kineto_format import (
     DEFAULT_COUNTER_SERIES,
     DEFAULT_DEVICE_TYPE,
     DEVICE_CATEGORY_SUFFIX,
@@ -98,8 +94,12 @@ from polyprof.kineto_format import (
     trace_name,
     trimonth_base_ns,
 )
-from polyprof.log import get_logger
-from polyprof.trace import CHROME_TRACE_RESERVED_KEYS, CONFIG_FLAG_KEYS, Trace
+from polyprof.base.log import get_logger
+from polyprof.base.trace import CHROME_TRACE_RESERVED_KEYS, CONFIG_FLAG_KEYS, Trace
+from polyprof.hooks.components import Capabilities, Exporter
+from polyprof.hooks.hookspecs import hookimpl
+from polyprof.native import native_reader
+from polyprof.runtime.exporting import check_export_suffix
 
 log = get_logger(__name__)
 

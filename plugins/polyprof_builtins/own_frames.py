@@ -26,7 +26,7 @@ import numpy as np
 OWN_PACKAGES = ("polyprof", "polyprof_builtins", "polyprof_cuda", "polyprof_xpu")
 #: Frames that only polyprof's own bus threads run: the loop thread's root, and the closer.
 #: Their whole thread is left out (its ``threading`` frames too): torch.profiler has no such thread.
-_OWN_THREAD_FRAME = re.compile(r"(^|/)(polyprof|core)/bus\.py\(\d+\): (_run_bus_loop|_shut_down)$")
+_OWN_THREAD_FRAME = re.compile(r"(^|/)polyprof/runtime/bus\.py\(\d+\): (_run_bus_loop|_shut_down)$")
 #: The first frame of every ``threading.Thread``. torch chains the stacks of the threads it never
 #: saw run (blocked all along) into one: each such thread's entry names the previous thread's
 #: innermost frame as its parent. Call trees are cut here so each thread is its own tree.
@@ -37,8 +37,8 @@ _THREAD_ENTRY_FRAME = re.compile(r"(^|/)threading\.py\(\d+\): _bootstrap$")
 #: wrapper the optimizer's ``step``, its ``_patch_step_function`` torch's.
 _HAND_OVER_FRAME = re.compile(
     r"(^|/)(record\.py\(\d+\): wrapped|run_target\.py\(\d+\): run_target"
-    r"|polyprof/profiler\.py\(\d+\): step"
-    r"|polyprof/whole_script\.py\(\d+\): "
+    r"|polyprof/frontends/profiler\.py\(\d+\): step"
+    r"|polyprof/cli/whole_script\.py\(\d+\): "
     r"(destroy_process_group|optimizer_step_after_the_range|_patch_step_function))$"
 )
 

@@ -1,11 +1,11 @@
 """The "parquet" exporter: a profile's Chrome trace as typed columns in one Parquet file.
 
 The file holds exactly the trace that the "chrome" exporter writes, as the columns of
-``polyprof.columnar`` (one row per event; the top-level keys in the file's metadata), so
+``polyprof.formats.columnar`` (one row per event; the top-level keys in the file's metadata), so
 ``polyprof convert trace.parquet trace.json`` gives back the Chrome trace, and DuckDB, pandas or
 polars read the events without parsing JSON. Needs pyarrow (``pip install 'polyprof[analysis]'``).
 
-The path must end in ``.parquet`` (``polyprof.exporting.check_export_suffix``): ``polyprof convert``
+The path must end in ``.parquet`` (``polyprof.runtime.exporting.check_export_suffix``): ``polyprof convert``
 and ``polyprof report`` tell a Parquet trace by that suffix.
 
 Options: ``compression`` (``zstd``, the default, ``snappy``, ``gzip``, ``lz4``, ``brotli`` or
@@ -21,9 +21,14 @@ import orjson
 # The Parquet trace is one of polyprof's own formats, which it reads back (polyprof convert, polyprof
 # report): its columns and the suffix rule are core's, and so is the Chrome text it holds. This
 # exporter is their adapter, as chrome_trace is the Chrome format's (tests/test_plugin_contract.py).
-from polyprof.columnar import DEFAULT_COMPRESSION, check_compression, pyarrow_modules, write_parquet_trace
-from polyprof.exporting import check_export_suffix
+from polyprof.formats.columnar import (
+    DEFAULT_COMPRESSION,
+    check_compression,
+    pyarrow_modules,
+    write_parquet_trace,
+)
 from polyprof.plugin import Capabilities, Exporter, ProfileConfig, Trace, check_writable_path, hookimpl
+from polyprof.runtime.exporting import check_export_suffix
 from polyprof_builtins.chrome_trace import chrome_trace_bytes
 
 EXPORTER_NAME = "parquet"

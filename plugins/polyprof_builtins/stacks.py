@@ -1,7 +1,7 @@
 """The built-in ``stacks`` exporter: an adapter over ``polyprof.plugin.collapsed_stack_lines``.
 
 Writes torch's collapsed-stack text (``export_stacks``) for a finished trace:
-see ``polyprof.collapsed_stacks`` (its home) for the format and the metrics. Stacks need
+see ``polyprof.analysis.collapsed_stacks`` (its home) for the format and the metrics. Stacks need
 ``with_stack=True`` and, as in torch, ``_ExperimentalConfig(verbose=True)``;
 without them the file is empty. The file is written atomically; a path ending
 in ``.gz`` is gzip-compressed.
@@ -52,7 +52,7 @@ class StacksExporter(Exporter):
     ) -> str:
         """Write the trace's collapsed stacks to ``path``; returns the path.
 
-        :param metric: one of ``polyprof.collapsed_stacks.SUPPORTED_METRICS``.
+        :param metric: one of ``polyprof.analysis.collapsed_stacks.SUPPORTED_METRICS``.
         :param use_device: torch's ``use_device`` for device metrics; by
             default derived from the trace's activities.
         :raises ValueError: unknown metric. :raises TypeError: unknown option.

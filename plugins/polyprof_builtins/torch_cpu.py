@@ -28,15 +28,20 @@ from typing import Any
 
 import numpy as np
 
-from polyprof import native_reader, torch_support
-from polyprof._memory import release_free_heap_in_background
-from polyprof.activity import ProfilerActivity
-from polyprof.components import Capabilities, Tracer
-from polyprof.config import ProfileConfig
-from polyprof.errors import PolyprofError
-from polyprof.events import EventBatch, EventKind, Interner, concat, intern_column, intern_structured_column
-from polyprof.hookspecs import hookimpl
-from polyprof.kineto_format import (
+from polyprof.base import torch_support
+from polyprof.base._memory import release_free_heap_in_background
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.errors import PolyprofError
+from polyprof.base.events import (
+    EventBatch,
+    EventKind,
+    Interner,
+    concat,
+    intern_column,
+    intern_structured_column,
+)
+from polyprof.base.kineto_format import (
     FLOW_TYPE_BY_CATEGORY,
     HOST_CATEGORIES,
     MEMORY_EVENT_NAME,
@@ -45,18 +50,21 @@ from polyprof.kineto_format import (
     KinetoArgsText,
     kineto_args_column,
 )
-from polyprof.log import get_logger
-from polyprof.memory_timeline import keeps_memory_profile
-from polyprof.plugin_calls import PluginFailureWarning
-from polyprof.result_rows import UNDECODABLE_NAME, ResultRows, safe_text
-from polyprof.result_rows import accessor as _accessor
-from polyprof.torch_result import (
+from polyprof.base.log import get_logger
+from polyprof.base.user_warnings import ProfilerStoppedOutsideWarning, user_stacklevel
+from polyprof.hooks.components import Capabilities, Tracer
+from polyprof.hooks.hookspecs import hookimpl
+from polyprof.hooks.plugin_calls import PluginFailureWarning
+from polyprof.native import native_reader
+from polyprof.runtime.memory_timeline import keeps_memory_profile
+from polyprof.runtime.result_rows import UNDECODABLE_NAME, ResultRows, safe_text
+from polyprof.runtime.result_rows import accessor as _accessor
+from polyprof.runtime.torch_result import (
     CollectorResult,
     DeviceRowClaims,
     TorchCollectorOwner,
     TorchResultTracer,
 )
-from polyprof.user_warnings import ProfilerStoppedOutsideWarning, user_stacklevel
 from polyprof_builtins import own_frames
 
 log = get_logger(__name__)
@@ -232,7 +240,7 @@ class SavedKinetoTrace:
 
         import orjson
 
-        from polyprof.kineto_format import us_to_ns
+        from polyprof.base.kineto_format import us_to_ns
 
         fd, path = tempfile.mkstemp(prefix="polyprof-kineto-", suffix=".json")
         os.close(fd)
@@ -304,7 +312,7 @@ class SavedKinetoTrace:
         frames of threads torch does not track); polyprof's own bus-thread
         frames are left out.
         """
-        from polyprof.kineto_format import CATEGORY_BY_KIND, us_to_ns
+        from polyprof.base.kineto_format import CATEGORY_BY_KIND, us_to_ns
 
         category = CATEGORY_BY_KIND[EventKind.PYTHON_FUNCTION]
         picked = [i for i, ev in enumerate(self.host) if ev.get("cat") == category]
@@ -348,7 +356,7 @@ def _as_int64(value: Any, default: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-#: What device attribution (polyprof.attribution) reads of every op: decoded at once when a
+#: What device attribution (polyprof.base.attribution) reads of every op: decoded at once when a
 #: device tracer records too, deferred otherwise.
 ATTRIBUTION_KEYS = (
     ("tid", "device_resource_id", "int64"),
@@ -368,7 +376,8 @@ AUTOGRAD_LINKS = (
     ("fwd_thread", "fwd_thread_id", "int64"),
     ("scope", "scope", "int8"),
 )
-#: Values only ``FunctionEvent`` attributes read (polyprof.function_events), deferred like the scalars and
+#: Values only ``FunctionEvent`` attributes read (polyprof.analysis.function_events), deferred like the
+#: scalars and
 #: decoded where the installed torch has the accessor: (field, accessor, recorded only with shapes).
 DEFERRED_STRUCTURED = (
     ("concrete_inputs", "concrete_inputs", True),
@@ -523,7 +532,7 @@ def decode_result(
     session's device tracers decode from the same result (default, when
     ``config.torch_activities`` asked torch for device activity: every row
     of a device type). ``reader``: "native", "python" or "auto" (default:
-    ``POLYPROF_KINETO_READER``; ``polyprof.native_reader``). ``keep_kineto_trace``:
+    ``POLYPROF_KINETO_READER``; ``polyprof.native.native_reader``). ``keep_kineto_trace``:
     someone else holds ``result`` too (whoever stopped torch's profiler from outside
     polyprof got it) and may still ``save()`` it, so Kineto's copy of the events inside
     it is not freed early.
@@ -564,7 +573,7 @@ def _visible_rows(rows: ResultRows, claims: DeviceRowClaims | None = None) -> Re
 
     ``claims``: without the rows device tracers decode (kernels, copies,
     runtime and driver calls, ...) when torch's collector recorded device
-    activity for them (``polyprof.torch_result``).
+    activity for them (``polyprof.runtime.torch_result``).
     """
     if claims is not None:
         rows = rows.take(np.flatnonzero(_host_row_mask(rows, claims)))
@@ -768,7 +777,7 @@ def _decode_now(
     else:
         deferred_scalars = DEFERRED_SCALARS + AUTOGRAD_LINKS
     if config.activities - {ProfilerActivity.CPU}:
-        # A device tracer records too: attribution (polyprof.attribution) needs every op's OS
+        # A device tracer records too: attribution (polyprof.base.attribution) needs every op's OS
         # thread and id before the table. Two passes now, instead of the whole deferred decode.
         for field, accessor, dtype in ATTRIBUTION_KEYS:
             columns[field] = rows.column(accessor, dtype)
@@ -1107,7 +1116,8 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         #: ids of the results whoever stopped torch's profiler from outside holds too (decode keeps
         #: them whole); ids, so that this tracer does not keep a result alive after its decode.
         self._shared_result_ids: set[int] = set()
-        #: The last recording's raw results, kept for torch's memory profile (polyprof.memory_timeline).
+        #: The last recording's raw results, kept for torch's memory profile
+        #: (polyprof.runtime.memory_timeline).
         self._memory_profile_results: list[Any] = []
         # Checked now, so a bad POLYPROF_KINETO_READER fails the profile's creation, not its decode;
         # "native" builds the compiled reader now, before anything is recorded.
@@ -1235,7 +1245,8 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
             return
         activity_filter = {} if cpu_filter is None else {TorchActivity.CPU: set(cpu_filter)}
         # torch 2.15+ also passes its profiler extensions; polyprof takes none (they configure torch's own
-        # CUDA metrics profiler, polyprof.autograd_profile refuses them), so they are empty as in torch
+        # CUDA metrics profiler, polyprof.frontends.autograd_profile refuses them), so they are empty as
+        # in torch
         extensions: dict[str, dict[str, object]] = (
             {"profiler_extensions": {}} if features.prepare_takes_profiler_extensions else {}
         )
@@ -1363,7 +1374,7 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         records nothing more with torch's collector and another recording may take it.
 
         Asked by the process's recording gate when another recording starts
-        (``polyprof.recording``), on that recording's thread. A session that
+        (``polyprof.runtime.recording``), on that recording's thread. A session that
         torch ended without polyprof seeing it (``_profiler_enabled()`` false on
         the recording thread) is found here too, and from then on treated as one
         that was seen: the next recording's session must never be stopped as

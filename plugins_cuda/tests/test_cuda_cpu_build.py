@@ -15,16 +15,16 @@ import warnings
 
 import pytest
 
-from polyprof import torch_support
-from polyprof.activity import ProfilerActivity
-from polyprof.config import ProfileConfig
-from polyprof.events import EventKind
+from polyprof.base import torch_support
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.events import EventKind
 
 torch = pytest.importorskip("torch")
 
 import polyprof  # noqa: E402
+from polyprof.base.user_warnings import ActivityUnavailableWarning  # noqa: E402
 from polyprof.testing import make_plugin_manager_for_tests  # noqa: E402
-from polyprof.user_warnings import ActivityUnavailableWarning  # noqa: E402
 from polyprof_cuda import kineto, plugin  # noqa: E402
 
 CPU_BUILD = torch_support.TorchBuild("2.13.0+cpu")
@@ -79,7 +79,7 @@ def test_profile_with_cuda_warns_and_profiles_cpu_only() -> None:
 
 
 def test_legacy_profile_use_cuda_warns_and_profiles_cpu_only() -> None:
-    from polyprof import legacy
+    from polyprof.frontends import legacy
 
     with (
         pytest.warns(ActivityUnavailableWarning, match=re.escape(REASON)),
@@ -91,7 +91,7 @@ def test_legacy_profile_use_cuda_warns_and_profiles_cpu_only() -> None:
 
 
 def test_a_cuda_only_request_is_a_clear_error_not_a_crash() -> None:
-    from polyprof.errors import ActivityUnavailableError
+    from polyprof.base.errors import ActivityUnavailableError
 
     with pytest.raises(ActivityUnavailableError, match="CUDA"), warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -22,12 +22,12 @@ pytest.importorskip("torch")
 from hta.trace_analysis import TraceAnalysis
 from test_cuda_kineto_mode import OS_TID, PID, KinetoEvent
 
-from polyprof.activity import ProfilerActivity
-from polyprof.attribution import link_launches
-from polyprof.config import ProfileConfig
-from polyprof.events import concat
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.attribution import link_launches
+from polyprof.base.config import ProfileConfig
+from polyprof.base.events import concat
+from polyprof.runtime.torch_result import CollectorResult
 from polyprof.testing import make_trace
-from polyprof.torch_result import CollectorResult
 from polyprof_builtins import torch_cpu
 from polyprof_builtins.chrome_trace import ChromeTraceExporter
 from polyprof_cuda import kineto

@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from polyprof.activity import ProfilerActivity
-from polyprof.config import ProfileConfig
-from polyprof.events import DeviceType, EventKind, concat
+from polyprof.analysis.tree import EventTree
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.events import DeviceType, EventKind, concat
+from polyprof.runtime.torch_result import CollectorResult, DeviceRowClaims
 from polyprof.testing import KinetoEventStandIn, KinetoEventStandIn211, RawResultStandIn, make_trace
-from polyprof.torch_result import CollectorResult, DeviceRowClaims
-from polyprof.tree import EventTree
 
 pytest.importorskip("torch")
 from polyprof_builtins import torch_cpu
@@ -154,7 +154,7 @@ def test_cpu_and_cuda_decoders_split_one_result_and_the_op_gets_its_kernel_time_
 @pytest.fixture
 def cuda_build(monkeypatch: pytest.MonkeyPatch) -> None:
     """A CUDA build of torch with a device, as the plugin sees it (no GPU here, no CUPTI wheel read)."""
-    from polyprof import torch_support
+    from polyprof.base import torch_support
     from polyprof_cuda import mode
 
     build = torch_support.TorchBuild("2.11.0+cu130", cuda="13.0")
@@ -197,8 +197,8 @@ def test_without_a_device_cuda_is_unavailable_as_torch_says(
     import torch
 
     import polyprof
+    from polyprof.base.user_warnings import ActivityUnavailableWarning
     from polyprof.testing import make_plugin_manager_for_tests
-    from polyprof.user_warnings import ActivityUnavailableWarning
     from polyprof_cuda import plugin
 
     monkeypatch.setattr(kineto, "kineto_mode_reason", lambda: "torch 2.11.0+cu130 sees no CUDA device")

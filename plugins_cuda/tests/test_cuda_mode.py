@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from polyprof import torch_support
+from polyprof.base import torch_support
 from polyprof_cuda import mode
 
 CUDA_VERSION_PY = """__version__ = '2.11.0+cu130'

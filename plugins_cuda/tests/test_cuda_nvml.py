@@ -26,11 +26,11 @@ torch = pytest.importorskip("torch")
 
 import polyprof  # noqa: E402
 from polyprof import ProfilerActivity  # noqa: E402
-from polyprof.activity import ProfilerActivity as Act  # noqa: E402
-from polyprof.chrome_reader import read_chrome_trace  # noqa: E402
-from polyprof.config import ProfileConfig  # noqa: E402
-from polyprof.events import DeviceType, EventKind  # noqa: E402
-from polyprof.hookspecs import hookimpl  # noqa: E402
+from polyprof.base.activity import ProfilerActivity as Act  # noqa: E402
+from polyprof.base.config import ProfileConfig  # noqa: E402
+from polyprof.base.events import DeviceType, EventKind  # noqa: E402
+from polyprof.formats.chrome_reader import read_chrome_trace  # noqa: E402
+from polyprof.hooks.hookspecs import hookimpl  # noqa: E402
 from polyprof.testing import make_plugin_manager_for_tests  # noqa: E402
 from polyprof_cuda import nvml, plugin  # noqa: E402
 from polyprof_cuda.nvml import INTERVAL_ENV, METRICS, DeviceInUse, NvmlSampler, NvmlUnavailableWarning  # noqa: E402
@@ -429,7 +429,7 @@ def test_hta_still_loads_a_cuda_trace_with_counters(tmp_path):
     from hta.trace_analysis import TraceAnalysis
     from test_cuda_hta import build_trace
 
-    from polyprof.events import concat
+    from polyprof.base.events import concat
     from polyprof.testing import make_trace
     from polyprof_builtins.chrome_trace import ChromeTraceExporter
 

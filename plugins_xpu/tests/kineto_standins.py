@@ -13,7 +13,7 @@ not captured on an Intel GPU.
 
 from __future__ import annotations
 
-from polyprof.events import DeviceType
+from polyprof.base.events import DeviceType
 from polyprof.testing import KinetoEventStandIn, KinetoEventStandIn211, RawResultStandIn
 
 PID = 4242

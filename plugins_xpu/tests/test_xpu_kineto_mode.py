@@ -14,12 +14,12 @@ import json
 import pytest
 from kineto_standins import PID, QUEUE, ROWS, KinetoEvent, KinetoEvent211, Raw
 
-from polyprof import torch_support
-from polyprof.activity import ProfilerActivity
-from polyprof.config import ProfileConfig
-from polyprof.events import DeviceType, EventKind, concat
+from polyprof.base import torch_support
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.events import DeviceType, EventKind, concat
+from polyprof.runtime.torch_result import CollectorResult
 from polyprof.testing import make_trace
-from polyprof.torch_result import CollectorResult
 
 torch = pytest.importorskip("torch")
 from polyprof_xpu import kineto  # noqa: E402
@@ -66,8 +66,8 @@ def test_the_session_asks_torchs_collector_for_xpu() -> None:
 
 def _profile_cpu_and_xpu(match: str) -> object:
     import polyprof
+    from polyprof.base.user_warnings import ActivityUnavailableWarning
     from polyprof.testing import make_plugin_manager_for_tests
-    from polyprof.user_warnings import ActivityUnavailableWarning
 
     pm = make_plugin_manager_for_tests(("xpu", xpu_plugin), builtins=True)
     with (
@@ -176,7 +176,7 @@ def test_before_2_12_only_api_names_are_claimed(name: str, kind: EventKind | Non
 
 def test_the_cpu_tracer_leaves_the_xpu_rows_to_the_xpu_tracer() -> None:
     """Each row of one result is decoded exactly once, by the CPU or the XPU tracer."""
-    from polyprof.torch_result import DeviceRowClaims
+    from polyprof.runtime.torch_result import DeviceRowClaims
     from polyprof_builtins import torch_cpu
 
     claims = DeviceRowClaims.of([kineto.KinetoXpuTracer()])
@@ -221,7 +221,7 @@ def test_another_devices_rows_are_not_xpu_rows() -> None:
 
 def _trace():
     """The stand-in result decoded as a session decodes it: the CPU tracer's rows and the XPU tracer's."""
-    from polyprof.torch_result import DeviceRowClaims
+    from polyprof.runtime.torch_result import DeviceRowClaims
     from polyprof_builtins import torch_cpu
 
     result = CollectorResult(Raw())
@@ -233,7 +233,7 @@ def _trace():
 
 
 def test_each_op_gets_the_xpu_time_of_the_work_it_launched_only() -> None:
-    from polyprof.results import ProfileResults
+    from polyprof.analysis.results import ProfileResults
 
     averages = ProfileResults(traces=(_trace(),), use_device="xpu").key_averages()
     self_xpu = {row.key: row.self_device_time_total for row in averages}

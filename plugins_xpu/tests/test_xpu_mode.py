@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from polyprof import torch_support
-from polyprof.activity import ProfilerActivity
-from polyprof.config import ProfileConfig
-from polyprof.torch_support import TorchBuild
+from polyprof.base import torch_support
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileConfig
+from polyprof.base.torch_support import TorchBuild
 from polyprof_xpu import kineto, mode
 from polyprof_xpu import plugin as xpu_plugin
 

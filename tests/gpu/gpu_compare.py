@@ -146,13 +146,13 @@ def polyprof_reading(raw: Any, device: str = "CUDA") -> tuple[Any, Any]:
     trace of the result: before torch 2.13 polyprof also asks torch's writer
     for the result (fwdbwd flows, Kineto's args), and torch writes a result once.
     """
-    from polyprof.activity import ProfilerActivity
-    from polyprof.attribution import link_launches
-    from polyprof.config import ProfileConfig
-    from polyprof.events import concat
-    from polyprof.results import ProfileResults
-    from polyprof.torch_result import CollectorResult, DeviceRowClaims
-    from polyprof.trace import Trace
+    from polyprof.analysis.results import ProfileResults
+    from polyprof.base.activity import ProfilerActivity
+    from polyprof.base.attribution import link_launches
+    from polyprof.base.config import ProfileConfig
+    from polyprof.base.events import concat
+    from polyprof.base.trace import Trace
+    from polyprof.runtime.torch_result import CollectorResult, DeviceRowClaims
     from polyprof_builtins import torch_cpu
 
     result = CollectorResult(raw)

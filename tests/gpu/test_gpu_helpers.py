@@ -108,7 +108,7 @@ def test_summarize_profile_splits_device_rows_from_ops():
 
 def test_profiler_warnings_keeps_polyprofs_and_cuptis():
     lines = [
-        "polyprof.session.ActivityUnavailableWarning: CUDA is unavailable here",
+        "polyprof.runtime.session.ActivityUnavailableWarning: CUDA is unavailable here",
         "builtins.UserWarning: CUPTI_ERROR_NOT_INITIALIZED",
         "builtins.UserWarning: TensorFloat32 tensor cores on this CUDA device are not enabled",
     ]
@@ -343,7 +343,7 @@ def kineto_cuda_recording() -> list[Any]:
     handleGpuActivity``, ``GpuUserEventMap``): per device, stream and range, from the first to the last
     device activity whose launch had that range innermost on its thread's user stack.
     """
-    from polyprof.events import DeviceType
+    from polyprof.base.events import DeviceType
     from polyprof.testing import KinetoEventStandIn
 
     host, main, engine = 4242, 777, 778

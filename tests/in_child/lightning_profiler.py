@@ -15,7 +15,7 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import polyprof
-from polyprof.user_warnings import ProfilerStoppedOutsideWarning
+from polyprof.base.user_warnings import ProfilerStoppedOutsideWarning
 from test_outside_stop import NOTE_RE, TORCH_NO_SESSION
 
 torch = pytest.importorskip("torch")
@@ -74,7 +74,7 @@ def test_under_the_shims_lightnings_profiler_takes_over_from_the_scripts_own(
     as ``polyprof run`` puts it): Lightning stops the script's profile, then records with its own, as
     with torch. The script's profile keeps what it had before (torch's would keep nothing)."""
     from polyprof import shim
-    from polyprof.recording import recording_gate
+    from polyprof.runtime.recording import recording_gate
 
     x = torch.ones(4)
     with (

@@ -9,8 +9,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from polyprof.activity import ProfilerActivity
-from polyprof.events import EventKind
+from polyprof.base.activity import ProfilerActivity
+from polyprof.base.events import EventKind
 from test_torch_result import _DevicePlugin, _profile
 
 

@@ -2,7 +2,7 @@
 
 Run: ``python -m polyprof run disabled.py``. As the guide says, the final ``print`` raises an
 error, so the run ends with status 1 and a traceback on stderr. With polyprof the error is
-``polyprof.errors.ProfilerDisabledError`` (a ``RuntimeError``) saying "the profiler was disabled
+``polyprof.ProfilerDisabledError`` (a ``RuntimeError``) saying "the profiler was disabled
 (enabled=False), so it recorded nothing", where torch's legacy profiler gives an
 ``AttributeError`` on ``None``.
 

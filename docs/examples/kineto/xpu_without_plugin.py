@@ -4,7 +4,7 @@ Run: ``python -m polyprof run xpu_without_plugin.py``. XPU activity is recorded 
 ``polyprof-xpu`` plugin; on a machine where it cannot record, the script shows one of two outcomes:
 
 * ``polyprof-xpu`` not installed: entering the profile raises
-  ``polyprof.errors.ActivityUnavailableError`` (a ``ValueError``) whose message names the
+  ``polyprof.ActivityUnavailableError`` (a ``ValueError``) whose message names the
   distribution to install, and nothing is left running; this script prints that message:
   ``ActivityUnavailableError: ProfilerActivity.XPU needs the polyprof-xpu plugin: pip install
   polyprof-xpu``. (Installed but blocked by ``POLYPROF_PLUGINS`` or
@@ -30,7 +30,7 @@ code is added so that the example ends normally.
 import torch
 from torch.profiler import profile, ProfilerActivity
 
-from polyprof.errors import ActivityUnavailableError
+import polyprof
 
 input_tensor = torch.randn(1024, dtype=torch.float32, device="cpu")
 
@@ -39,5 +39,5 @@ try:
         output_tensor_1 = torch.nonzero(input_tensor)
         output_tensor_2 = torch.unique(input_tensor)
     print(prof.key_averages().table())
-except ActivityUnavailableError as exc:
+except polyprof.ActivityUnavailableError as exc:
     print(f"ActivityUnavailableError: {exc}")

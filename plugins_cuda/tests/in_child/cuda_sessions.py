@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from polyprof.activity import ProfilerActivity
+from polyprof.base.activity import ProfilerActivity
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import polyprof
-from polyprof.activity import ProfilerActivity
+from polyprof.base.activity import ProfilerActivity
 from polyprof.testing import make_plugin_manager_for_tests
 from polyprof_xpu import kineto
 from polyprof_xpu import plugin as xpu_plugin

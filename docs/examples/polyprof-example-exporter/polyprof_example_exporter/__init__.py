@@ -14,7 +14,7 @@ Once installed, the profiler finds it by name::
 
 or, given any finished ``polyprof.plugin.Trace``::
 
-    from polyprof.registry import make_plugin_manager
+    from polyprof.hooks.registry import make_plugin_manager
 
     with make_plugin_manager() as pm:
         pm.make_exporter(trace.config, "csv").export(trace, "ops.csv")

@@ -812,7 +812,7 @@ def test_fake_tracer_and_in_memory_exporter():
     assert exporter.traces == [trace] and exporter.exported[0].options == {"detail": 1}
     exporter.clear()
     assert exporter.exported == []
-    with pytest.raises(TypeError, match=r"needs a polyprof.base.trace.Trace"):
+    with pytest.raises(TypeError, match=r"needs a polyprof.plugin.Trace"):
         exporter.export(batch, "x")
 
 

@@ -99,7 +99,7 @@ class InMemoryExporter(Exporter):
     def export(self, trace: Trace, path: str, **options: Any) -> str:
         if not isinstance(trace, Trace):
             raise TypeError(
-                f"InMemoryExporter.export needs a polyprof.base.trace.Trace, not {type(trace).__name__}"
+                f"InMemoryExporter.export needs a polyprof.plugin.Trace, not {type(trace).__name__}"
             )
         written = os.fspath(path)
         with self._lock:

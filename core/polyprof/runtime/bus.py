@@ -1250,7 +1250,7 @@ class EventBus:
         """
         if not isinstance(tracer, Tracer):
             raise TypeError(
-                f"add_tracer() needs a polyprof.hooks.components.Tracer, not {type(tracer).__qualname__}"
+                f"add_tracer() needs a polyprof.plugin.Tracer, not {type(tracer).__qualname__}"
             )
         self.start()
         self._engine.call(self._engine.attach_tracer, tracer, what="add_tracer")
@@ -1271,7 +1271,7 @@ class EventBus:
         """
         if not isinstance(subscriber, Subscriber):
             raise TypeError(
-                "subscribe() needs a polyprof.hooks.components.Subscriber, "
+                "subscribe() needs a polyprof.plugin.Subscriber, "
                 f"not {type(subscriber).__qualname__}"
             )
         if isinstance(subscriber, Sink):

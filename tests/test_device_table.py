@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from polyprof.analysis import tree
+from polyprof.analysis import table, tree
 from polyprof.base import activity, kineto_format
 from polyprof.base.activity import (
     DEVICES,
@@ -32,6 +32,7 @@ from polyprof.base.config import ProfileConfig
 from polyprof.base.events import DeviceType, EventKind
 from polyprof.formats import chrome_reader
 from polyprof.frontends import autograd_profile
+from polyprof.hooks import plugin_discovery
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,11 +87,16 @@ OLD_DEVICE_BY_LANE_LABEL = {
 OLD_AUTOGRAD_DEVICE_ACTIVITY = [("cuda", PA.CUDA), ("xpu", PA.XPU), ("mtia", PA.MTIA), ("hpu", PA.HPU)]
 #: In order: torch's priority for ``use_device``.
 OLD_VALID_USE_DEVICES = (None, "cuda", "xpu", "mtia", "hpu", "privateuseone")
-#: The tree's device lists feed ``np.isin``: their order never mattered.
+#: The tree's device lists feed ``np.isin``: their order never mattered. Device memory: from torch
+#: 2.8 (the rules' ``device_memory_devices``), and before it.
 OLD_DEVICE_MEMORY_DEVICES = {DT.CUDA, DT.PrivateUse1, DT.HIP, DT.XPU}
 OLD_DEVICE_MEMORY_DEVICES_BEFORE_2_8 = {DT.CUDA, DT.PrivateUse1, DT.HIP}
 OLD_KERNEL_DEVICES = {DT.CUDA, DT.PrivateUse1, DT.XPU}
 OLD_TIMED_DEVICES = {DT.CUDA, DT.PrivateUse1, DT.MTIA, DT.HPU, DT.XPU}
+#: The table's device kinds whose self device time its footer adds (torch's ``_build_table`` list).
+OLD_TABLE_DEVICE_KINDS = frozenset({"CUDA", "PrivateUse1", "MTIA", "XPU"})
+#: polyprof's own plugin distributions' entry-point names.
+OLD_OWNED_NAMES = {"cuda": "polyprof-cuda", "xpu": "polyprof-xpu"}
 OLD_ACTIVITY_BY_DEVICE = {
     DT.CUDA: PA.CUDA,
     DT.HIP: PA.CUDA,
@@ -123,12 +129,18 @@ def test_the_frontends_and_readers_tables_keep_their_values() -> None:
     assert list(autograd_profile.DEVICE_ACTIVITY.items()) == OLD_AUTOGRAD_DEVICE_ACTIVITY
     assert chrome_reader._ACTIVITY_BY_DEVICE == OLD_ACTIVITY_BY_DEVICE
     assert tree.VALID_USE_DEVICES == OLD_VALID_USE_DEVICES
-    assert set(tree._DEVICE_MEMORY_DEVICES) == OLD_DEVICE_MEMORY_DEVICES
-    assert set(tree._DEVICE_MEMORY_DEVICES_BEFORE_2_8) == OLD_DEVICE_MEMORY_DEVICES_BEFORE_2_8
+    for minor in range(6, 17):  # every supported release, and one past the newest
+        memory_devices = tree.PostProcessingRules.for_torch(2, minor).device_memory_devices
+        old = OLD_DEVICE_MEMORY_DEVICES if minor >= 8 else OLD_DEVICE_MEMORY_DEVICES_BEFORE_2_8
+        assert set(memory_devices) == old, minor
+        assert type(memory_devices) is tuple  # np.isin reads a set as one object, a tuple as its items
     assert set(tree._KERNEL_DEVICES) == OLD_KERNEL_DEVICES
     assert set(tree._TIMED_DEVICES) == OLD_TIMED_DEVICES
-    for devices in (tree._DEVICE_MEMORY_DEVICES, tree._KERNEL_DEVICES, tree._TIMED_DEVICES):
+    for devices in (tree._KERNEL_DEVICES, tree._TIMED_DEVICES):
         assert type(devices) is tuple  # np.isin reads a set as one object, a tuple as its items
+    assert table._KINETO_DEVICE_KINDS == OLD_TABLE_DEVICE_KINDS
+    assert dict(plugin_discovery.OWNED_NAMES) == OLD_OWNED_NAMES
+    assert list(plugin_discovery.OWNED_NAMES) == list(OLD_OWNED_NAMES)
 
 
 @pytest.mark.parametrize(
@@ -167,8 +179,15 @@ def test_each_device_type_has_one_row_and_rows_of_one_activity_agree() -> None:
     for row in DEVICES:
         first = device_for_activity(row.activity)
         assert first is not None
-        shared = ("use_device", "distribution", "autograd_use_device", "cpu_group_activity_types")
+        shared = (
+            "use_device",
+            "distribution",
+            "entry_point",
+            "autograd_use_device",
+            "cpu_group_activity_types",
+        )
         assert {k: getattr(row, k) for k in shared} == {k: getattr(first, k) for k in shared}, row
+        assert (row.entry_point is None) == (row.distribution is None), row
 
 
 def test_cpu_group_activity_types_are_kinetos_spelling_of_the_host_call_categories() -> None:
@@ -192,6 +211,8 @@ CONSUMERS = [
     "kineto_format",
     "events",
     "torch_result",
+    "table",
+    "plugin_discovery",
 ]
 
 #: (module, spelling) that is not a per-device fact of the table, and why.
@@ -201,6 +222,10 @@ NOT_TABLE_FACTS = {
     ("autograd_profile", "cuda"): "torch's use_cuda=True means use_device='cuda'",
     ("autograd_profile", "ProfilerActivity.PrivateUse1"): "torch takes PrivateUse1 under its renamed backend",
     ("kineto_format", "GPU"): "GPU_LANE_LABEL: the label word Kineto gives CUDA and HIP lanes",
+    # torch's table rewrites exactly these three legacy names of sort_by's metrics to "device".
+    ("table", "cuda"): "torch's sort_by rewrite (profiler_util's metric.replace('cuda', 'device'))",
+    ("table", "xpu"): "torch's sort_by rewrite (metric.replace('xpu', 'device'))",
+    ("table", "privateuse1"): "torch's sort_by rewrite (metric.replace('privateuse1', 'device'))",
 }
 
 
@@ -210,6 +235,7 @@ def _vocabulary() -> tuple[set[str], set[str]]:
     for d in DEVICES:
         strings |= {d.use_device, d.category_prefix, d.lane_name, d.lane_label, d.collector_activity}
         strings |= set(d.cpu_group_activity_types) | ({d.distribution} if d.distribution else set())
+        strings |= {d.entry_point} if d.entry_point else set()
     members = {f"ProfilerActivity.{d.activity.name}" for d in DEVICES}
     members |= {f"DeviceType.{d.device_type.name}" for d in DEVICES}
     return strings, members
@@ -256,7 +282,8 @@ def test_no_consumer_spells_a_device(module: str) -> None:
 
 #: Run in a fresh interpreter: polyprof.base.activity is executed with DEVICES amended right after its
 #: assignment (HPU's row renamed to a "gaudi" device with a distribution and host-call types,
-#: MTIA's row removed), then every consumer is imported and asked.
+#: MTIA's row removed, XPU's memory counted as device memory from torch 2.12), then every consumer is
+#: imported and asked.
 _AMENDED_TABLE = textwrap.dedent(
     """
     import ast, importlib.abc, importlib.util, sys
@@ -270,9 +297,13 @@ _AMENDED_TABLE = textwrap.dedent(
         gaudi = attrs.evolve(
             hpu, use_device="gaudi", category_prefix="gaudi", lane_name="Gaudi", lane_label="Gaudi",
             distribution="polyprof-gaudi", cpu_group_activity_types=("GAUDI_RUNTIME", "GAUDI_DRIVER"),
-            kernels=True, device_memory_since=(0, 0),
+            kernels=True, device_memory_since=(0, 0), table_device_time=True, entry_point="gaudi",
         )
-        return tuple(gaudi if d is hpu else d for d in devices if d.device_type.name != "MTIA")
+        # XPU's memory counted as device memory from a later release than torch's 2.8.
+        amended = {hpu: gaudi}
+        xpu = next(d for d in devices if d.device_type.name == "XPU")
+        amended[xpu] = attrs.evolve(xpu, device_memory_since=(2, 12))
+        return tuple(amended.get(d, d) for d in devices if d.device_type.name != "MTIA")
 
     class Loader(importlib.abc.Loader):
         def create_module(self, spec):
@@ -302,7 +333,8 @@ _AMENDED_TABLE = textwrap.dedent(
     from polyprof.hooks import activity_resolution
     from polyprof.frontends import autograd_profile
     from polyprof.formats import chrome_reader
-    from polyprof.analysis import tree
+    from polyprof.analysis import table, tree
+    from polyprof.hooks import plugin_discovery
     from polyprof.base.activity import ProfilerActivity as PA
     from polyprof.base.config import ProfileConfig
     from polyprof.base.events import DeviceType as DT, EventKind
@@ -329,7 +361,13 @@ _AMENDED_TABLE = textwrap.dedent(
     assert "HPU" not in kineto_format.DEVICE_BY_LANE_LABEL
     assert tree.VALID_USE_DEVICES == (None, "cuda", "xpu", "gaudi", "privateuseone")
     assert tree.use_device_for(ProfileConfig(activities={PA.CPU, PA.HPU})) == "gaudi"
-    assert DT.HPU in tree._KERNEL_DEVICES and DT.HPU in tree._DEVICE_MEMORY_DEVICES_BEFORE_2_8
+    assert DT.HPU in tree._KERNEL_DEVICES
+    memory_devices = {m: tree.PostProcessingRules.for_torch(2, m).device_memory_devices for m in (6, 11, 12)}
+    assert DT.HPU in memory_devices[6] and DT.XPU not in memory_devices[11] and DT.XPU in memory_devices[12]
+    assert table._KINETO_DEVICE_KINDS == {"CUDA", "XPU", "HPU", "PrivateUse1"}
+    assert dict(plugin_discovery.OWNED_NAMES) == {
+        "cuda": "polyprof-cuda", "xpu": "polyprof-xpu", "gaudi": "polyprof-gaudi"
+    }
     assert DT.MTIA not in tree._TIMED_DEVICES
     assert autograd_profile.DEVICE_ACTIVITY == {"cuda": PA.CUDA, "xpu": PA.XPU, "gaudi": PA.HPU}
     assert chrome_reader._ACTIVITY_BY_DEVICE[DT.HPU] is PA.HPU

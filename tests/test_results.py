@@ -755,6 +755,29 @@ def test_an_unusable_aggregator_result_is_a_type_error_naming_it() -> None:
             broken.events().key_averages()
 
 
+def test_rows_an_aggregator_built_come_in_the_one_return_type() -> None:
+    """``KeyAveragesSummary.of_rows``: the aggregator's own rows, shown as given, its columns theirs."""
+    avg = FunctionEventAvg()
+    avg.key, avg.count, avg.cpu_time_total, avg.flops = "custom", 3, 1.5, 7
+
+    class Wrapping(Aggregator):
+        name = "key_averages"
+
+        def aggregate(self, trace: Trace, *, tree: Any, rows: Any, **grouping: Any) -> KeyAveragesSummary:
+            return KeyAveragesSummary.of_rows(tree, [avg])
+
+    results = ProfileResults(traces=(_small_trace(),), aggregators={"key_averages": Wrapping()})
+    out = results.key_averages()
+    assert isinstance(out, EventList) and len(out) == 1 and out[0] is avg
+    summary = KeyAveragesSummary.of_rows(results.tree(), [avg])
+    assert len(summary) == 1 and summary.keys == ["custom"] and summary.rows == (avg,)
+    assert summary.count.tolist() == [3] and summary.cpu_time_total.tolist() == [1.5]
+    assert summary.flops.tolist() == [7] and summary.self_device_memory_usage.tolist() == [0]
+    assert summary.first_row.tolist() == [-1] and summary.group_of_row.tolist() == [-1] * 4
+    with pytest.raises(TypeError, match=r"a object row that lacks \['key'"):
+        KeyAveragesSummary.of_rows(results.tree(), [object()])
+
+
 def test_a_summary_from_the_aggregator_is_wrapped_with_the_events_views() -> None:
     class Summarizing(Aggregator):
         name = "key_averages"

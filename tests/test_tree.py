@@ -676,19 +676,24 @@ def _kernel(start: int, dur: int, linked: int, device_type: int = 1) -> dict[str
     }
 
 
+#: Devices whose memory records count as device memory: before 2.8 XPU's did not (DEVICES order).
+BEFORE_2_8 = (DeviceType.CUDA, DeviceType.HIP, DeviceType.PrivateUse1)
+FROM_2_8 = (DeviceType.CUDA, DeviceType.HIP, DeviceType.XPU, DeviceType.PrivateUse1)
+
+
 @pytest.mark.parametrize(
     ("minor", "expected"),
     [
-        (6, dict(overload_names=False, xpu_memory_is_device_memory=False, memory_window_through_us=True)),
+        (6, dict(overload_names=False, device_memory_devices=BEFORE_2_8, memory_window_through_us=True)),
         (
             7,
             dict(
                 overload_names=True,
-                xpu_memory_is_device_memory=False,
+                device_memory_devices=BEFORE_2_8,
                 memory_units=("Gb", "Mb", "Kb", "b"),
             ),
         ),
-        (8, dict(xpu_memory_is_device_memory=True, memory_units=("GB", "MB", "KB", "B"))),
+        (8, dict(device_memory_devices=FROM_2_8, memory_units=("GB", "MB", "KB", "B"))),
         (10, dict(memory_window_through_us=True, overhead_launches_nothing=False)),
         (11, dict(memory_window_through_us=False, key_averages_skips_python_functions=False)),
         (13, dict(overhead_launches_nothing=False, launcher_needs_external_id=False)),
@@ -708,7 +713,14 @@ def _kernel(start: int, dur: int, linked: int, device_type: int = 1) -> dict[str
                 key_averages_skips_python_functions=True,
             ),
         ),
-        (16, dict(overhead_launches_nothing=False, launcher_needs_external_id=True)),
+        (
+            16,
+            dict(
+                overhead_launches_nothing=False,
+                launcher_needs_external_id=True,
+                device_memory_devices=FROM_2_8,
+            ),
+        ),
     ],
 )
 def test_rules_of_each_release(minor: int, expected: dict[str, Any]) -> None:

@@ -70,7 +70,15 @@ from polyprof.base.log import Logger, get_logger
 from polyprof.base.torch_support import TorchBuild, TorchFeatures, installed
 from polyprof.base.trace import Trace
 from polyprof.base.user_warnings import ActivityUnavailableWarning, user_stacklevel, warn_activity_unavailable
-from polyprof.hooks.components import Capabilities, Exporter, Outbox, Subscriber, Tracer
+from polyprof.hooks.components import (
+    Capabilities,
+    Exporter,
+    JsonValue,
+    Outbox,
+    Subscriber,
+    TraceMetadata,
+    Tracer,
+)
 from polyprof.hooks.hookspecs import hookimpl, hookspec
 from polyprof.runtime.torch_result import (
     CollectorResult,
@@ -122,8 +130,10 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as docs/plugin-author-guide.md
     "Aggregator",
     "Capabilities",
     "Exporter",
+    "JsonValue",
     "Outbox",
     "Subscriber",
+    "TraceMetadata",
     "Tracer",
     # activities
     "DISTRIBUTION_FOR_ACTIVITY",

@@ -36,7 +36,7 @@ from polyprof.base.config import ProfileConfig
 from polyprof.base.errors import PluginLoadError
 from polyprof.base.events import FIELDS, EventBatch, EventKind, concat, intern_column
 from polyprof.base.trace import Trace
-from polyprof.hooks.components import Capabilities, Exporter, Subscriber, Tracer
+from polyprof.hooks.components import Capabilities, Exporter, Subscriber, TraceMetadata, Tracer
 from polyprof.hooks.hookspecs import hookimpl
 from polyprof.hooks.registry import PolyprofPluginManager, make_plugin_manager
 
@@ -168,8 +168,8 @@ class FakeTracer(Tracer):
     def flush(self) -> None:
         self.calls.append("flush")
 
-    def trace_metadata(self) -> dict[str, Any]:
-        meta: dict[str, Any] = {}
+    def trace_metadata(self) -> TraceMetadata:
+        meta: TraceMetadata = {}
         if self.start_ns is not None:
             meta["start_ns"] = self.start_ns
         if self.end_ns is not None:

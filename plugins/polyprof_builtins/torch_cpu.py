@@ -52,7 +52,7 @@ from polyprof.base.kineto_format import (
 )
 from polyprof.base.log import get_logger
 from polyprof.base.user_warnings import ProfilerStoppedOutsideWarning, user_stacklevel
-from polyprof.hooks.components import Capabilities, Tracer
+from polyprof.hooks.components import Capabilities, TraceMetadata, Tracer
 from polyprof.hooks.hookspecs import hookimpl
 from polyprof.hooks.plugin_calls import PluginFailureWarning
 from polyprof.native import native_reader
@@ -1482,7 +1482,7 @@ class TorchCpuTracer(Tracer, TorchCollectorOwner):
         self._notes.extend(facts["notes"])
         return [batch]
 
-    def trace_metadata(self) -> dict[str, Any]:
+    def trace_metadata(self) -> TraceMetadata:
         return {
             "start_ns": self._result_start_ns or self._start_ns,
             "end_ns": self._end_ns,

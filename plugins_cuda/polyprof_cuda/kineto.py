@@ -38,6 +38,7 @@ from polyprof.plugin import (
     EventKind,
     ProfilerActivity,
     TorchResultTracer,
+    TraceMetadata,
     decode_device_rows,
     kind_by_activity_type,
     kineto_device_reason,
@@ -181,7 +182,7 @@ class KinetoCudaTracer(TorchResultTracer):
         # Kineto's deviceProperties, read from torch while CUDA is up (none when it never was)
         self._device_properties = self._device_info.all_properties()
 
-    def trace_metadata(self) -> dict[str, Any]:
+    def trace_metadata(self) -> TraceMetadata:
         return {"device_properties": list(self._device_properties)}
 
     def decode(self, item: CollectorResult) -> list[EventBatch]:

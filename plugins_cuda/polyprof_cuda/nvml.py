@@ -38,6 +38,7 @@ from polyprof.plugin import (
     DeviceType,
     EventBatch,
     EventKind,
+    TraceMetadata,
     Tracer,
     get_logger,
     user_stacklevel,
@@ -256,7 +257,7 @@ class NvmlSampler(Tracer):
                 )
         self.outbox.close()
 
-    def trace_metadata(self) -> dict[str, Any]:
+    def trace_metadata(self) -> TraceMetadata:
         return {"notes": list(self._notes)}
 
     # -------------------------------------------------------- sampler thread

@@ -14,7 +14,9 @@ The result is a columnar ``KeyAveragesSummary``: what the built-in
 ``key_averages`` aggregator (``polyprof_builtins.key_averages``, an adapter
 over this function) returns, and what ``polyprof.analysis.event_list.average_by_key``
 turns into torch's list of ``FunctionEventAvg`` for every ``key_averages()``
-table. The component that returns it, ``Aggregator``, is defined here too.
+table. An aggregator that builds its own ``FunctionEventAvg`` rows wraps them
+in one too (``KeyAveragesSummary.of_rows``), so ``Aggregator.aggregate``, defined
+here too, has one return type.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
+from polyprof.analysis.function_events import AVERAGE_SUMS, FLOAT_SUMS
 from polyprof.analysis.tree import EventTree, post_processing_rules
 from polyprof.base.events import EventKind
 
@@ -53,8 +56,13 @@ class KeyAveragesSummary:
     Groups are in first-seen order (the order of the rows summarised); each
     sum column holds, per group, the sum over its rows, added as torch's
     ``FunctionEventAvg.add`` adds. The descriptive fields of a group (shapes,
-    overload, stack, device type) are those of its first row. An aggregator
-    named ``key_averages`` may return one (``Aggregator``).
+    overload, stack, device type) are those of its first row. What an aggregator
+    named ``key_averages`` returns (``Aggregator``).
+
+    One made by ``of_rows`` carries ``FunctionEventAvg`` rows an aggregator built
+    itself (``rows``): its sum columns are theirs, it names no tree row
+    (``first_row`` and ``group_of_row`` are all -1) and its ``FunctionEventAvg``
+    rows are those rows, as given.
     """
 
     #: The tree whose rows were summarised (the one the aggregator was given).
@@ -77,6 +85,9 @@ class KeyAveragesSummary:
     group_by_input_shape: bool = False
     group_by_stack_n: int = 0
     group_by_overload_name: bool = False
+    #: The ``FunctionEventAvg`` rows an aggregator built itself (``of_rows``), one per group;
+    #: None for a summary of tree rows (``summarize``).
+    rows: tuple[FunctionEventAvg, ...] | None = attrs.field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.first_row)
@@ -84,7 +95,51 @@ class KeyAveragesSummary:
     @property
     def keys(self) -> list[str]:
         """Each group's key."""
+        if self.rows is not None:
+            return [row.key or "" for row in self.rows]
         return [self.tree.keys[k] for k in self.tree.key[self.first_row].tolist()]
+
+    @classmethod
+    def of_rows(
+        cls,
+        tree: EventTree,
+        rows: Sequence[FunctionEventAvg],
+        *,
+        group_by_input_shape: bool = False,
+        group_by_stack_n: int = 0,
+        group_by_overload_name: bool = False,
+    ) -> KeyAveragesSummary:
+        """``FunctionEventAvg`` rows an aggregator built itself (one per group, in table order), as a
+        summary of ``tree`` (the tree it was given) whose columns are the rows' sums.
+
+        :raises TypeError: a row lacks an attribute ``FunctionEventAvg.add`` reads (the message
+            names the row's type and what it lacks).
+        """
+        rows = tuple(rows)
+        for row in rows:
+            missing = [name for name in _AVERAGE_ATTRIBUTES if not hasattr(row, name)]
+            if missing:
+                raise TypeError(f"a {type(row).__name__} row that lacks {missing}")
+
+        def column(name: str) -> np.ndarray:
+            dtype = np.float64 if name in FLOAT_SUMS else np.int64
+            return np.asarray([getattr(row, name) or 0 for row in rows], dtype=dtype).reshape(-1)
+
+        none = np.full(len(rows), -1, dtype=np.int64)
+        return cls(
+            tree=tree,
+            first_row=none,
+            group_of_row=np.full(len(tree), -1, dtype=np.int64),
+            **{name: column(name) for name in (*AVERAGE_SUMS, "flops")},
+            group_by_input_shape=bool(group_by_input_shape),
+            group_by_stack_n=int(group_by_stack_n),
+            group_by_overload_name=bool(group_by_overload_name),
+            rows=rows,
+        )
+
+
+#: What each row of ``KeyAveragesSummary.of_rows`` needs (what ``FunctionEventAvg.add`` reads).
+_AVERAGE_ATTRIBUTES = ("key", *AVERAGE_SUMS, "flops")
 
 
 class Aggregator(abc.ABC):
@@ -103,7 +158,7 @@ class Aggregator(abc.ABC):
     @abc.abstractmethod
     def aggregate(
         self, trace: Trace, *, tree: EventTree, rows: np.ndarray, **options: Any
-    ) -> KeyAveragesSummary | Sequence[FunctionEventAvg]:
+    ) -> KeyAveragesSummary:
         """Summarise ``rows`` of ``tree``.
 
         :param trace: the recording (several ``acc_events`` cycles come as one
@@ -116,10 +171,12 @@ class Aggregator(abc.ABC):
             ``group_by_stack_n`` (int >= 0), ``group_by_overload_name`` (bool) and
             ``include_python_functions`` (bool, resolved for the installed torch).
         :returns: for ``key_averages``, a ``polyprof.analysis.averages.KeyAveragesSummary`` of
-            ``tree`` (``polyprof.analysis.averages.summarize`` makes one; polyprof turns it into
-            ``FunctionEventAvg`` rows) or a sequence of
-            ``polyprof.analysis.function_events.FunctionEventAvg``, one per group; anything else
-            is a ``TypeError`` naming the aggregator.
+            ``tree``: ``polyprof.analysis.averages.summarize`` makes one of tree rows (polyprof
+            turns it into ``FunctionEventAvg`` rows that share the events' views);
+            ``KeyAveragesSummary.of_rows(tree, rows)`` wraps ``FunctionEventAvg`` rows the
+            aggregator built itself, one per group. A bare sequence of such rows (the contract's
+            older second form) is still taken and wrapped so; anything else, or a row that lacks
+            a ``FunctionEventAvg`` attribute, is a ``TypeError`` naming the aggregator.
         """
 
 

@@ -12,8 +12,8 @@ legacy JSON array (``polyprof.formats.legacy_trace``).
 Every ``key_averages()`` table takes one route, ``average_by_key``: the
 recording's ``key_averages`` aggregator (``polyprof.analysis.averages.Aggregator``)
 when the events belong to a recording with a session, else
-``polyprof.analysis.averages.summarize``; ``wrap_key_averages`` turns a columnar
-``KeyAveragesSummary`` into torch's ``FunctionEventAvg`` rows.
+``polyprof.analysis.averages.summarize``; ``wrap_key_averages`` turns the
+``KeyAveragesSummary`` either returns into torch's ``FunctionEventAvg`` rows.
 """
 
 from __future__ import annotations
@@ -436,15 +436,23 @@ class EventList(MutableSequence):
 def wrap_key_averages(
     summary: KeyAveragesSummary, *, profile_memory: bool = False, with_flops: bool = False
 ) -> EventList:
-    """A columnar ``KeyAveragesSummary`` as torch's list of ``FunctionEventAvg``."""
+    """A ``KeyAveragesSummary`` as torch's list of ``FunctionEventAvg``."""
     return _wrap_summary(summary, EventStore(summary.tree), profile_memory, with_flops)
 
 
 def _wrap_summary(
     summary: KeyAveragesSummary, store: EventStore, profile_memory: bool, with_flops: bool
 ) -> EventList:
-    """``summary`` as ``FunctionEventAvg`` rows whose ``cpu_parent`` / ``cpu_children`` are ``store``'s."""
+    """``summary`` as ``FunctionEventAvg`` rows whose ``cpu_parent`` / ``cpu_children`` are ``store``'s
+    (the rows an aggregator built itself, as they are, for one made by ``KeyAveragesSummary.of_rows``)."""
     tree = summary.tree
+    if summary.rows is not None:
+        return EventList(
+            list(summary.rows),
+            use_device=tree.use_device,
+            profile_memory=profile_memory,
+            with_flops=with_flops,
+        )
     n_stack = summary.group_by_stack_n
     sums = {name: getattr(summary, name).tolist() for name in (*AVERAGE_SUMS, "flops")}
     considered = summary.group_of_row >= 0
@@ -471,10 +479,6 @@ def _wrap_summary(
     return EventList(
         averages, use_device=tree.use_device, profile_memory=profile_memory, with_flops=with_flops
     )
-
-
-#: What each row of an aggregator's sequence needs (what ``FunctionEventAvg.add`` reads).
-_AVERAGE_ATTRIBUTES = ("key", *AVERAGE_SUMS, "flops")
 
 
 def average_by_key(
@@ -520,28 +524,37 @@ def average_by_key(
         result = aggregator.aggregate(results.merged_trace(), tree=store.tree, rows=rows, **grouping)
     else:
         result = _aggregate_the_0_1_way(aggregator, results.merged_trace(), store.tree.use_device, grouping)
+    summary = _summary_of(result, aggregator, store.tree, grouping)
+    # A summary of another tree (the aggregator built its own) gets views of that tree.
+    owner = store if summary.tree is store.tree else EventStore(summary.tree)
+    return _wrap_summary(summary, owner, profile_memory, with_flops)
+
+
+def _summary_of(
+    result: object, aggregator: Aggregator, tree: EventTree, grouping: Mapping[str, Any]
+) -> KeyAveragesSummary:
+    """What ``aggregator`` returned, as the contract's one type: a ``KeyAveragesSummary`` as it is, a
+    bare sequence of ``FunctionEventAvg`` rows (the older second form) wrapped by ``of_rows``.
+
+    :raises TypeError: anything else, or a row that lacks a ``FunctionEventAvg`` attribute, naming
+        the aggregator.
+    """
     if isinstance(result, KeyAveragesSummary):
-        # A summary of another tree (the aggregator built its own) gets views of that tree.
-        owner = store if result.tree is store.tree else EventStore(result.tree)
-        return _wrap_summary(result, owner, profile_memory, with_flops)
-    if isinstance(result, Sequence) and not isinstance(result, (str, bytes)):
-        for item in result:
-            missing = [name for name in _AVERAGE_ATTRIBUTES if not hasattr(item, name)]
-            if missing:
-                raise TypeError(
-                    f"the key_averages aggregator {type(aggregator).__name__} returned a "
-                    f"{type(item).__name__} row that lacks {missing}; expected a KeyAveragesSummary "
-                    "or a sequence of FunctionEventAvg"
-                )
-        if isinstance(result, EventList):
-            return result
-        return EventList(
-            result, use_device=store.tree.use_device, profile_memory=profile_memory, with_flops=with_flops
+        return result
+    expected = "expected a KeyAveragesSummary or a sequence of FunctionEventAvg"
+    name = type(aggregator).__name__
+    if not isinstance(result, Sequence) or isinstance(result, (str, bytes)):
+        raise TypeError(f"the key_averages aggregator {name} returned {type(result).__name__}; {expected}")
+    try:
+        return KeyAveragesSummary.of_rows(
+            tree,
+            result,
+            group_by_input_shape=grouping["group_by_input_shape"],
+            group_by_stack_n=grouping["group_by_stack_n"],
+            group_by_overload_name=grouping["group_by_overload_name"],
         )
-    raise TypeError(
-        f"the key_averages aggregator {type(aggregator).__name__} returned {type(result).__name__}; "
-        "expected a KeyAveragesSummary or a sequence of FunctionEventAvg"
-    )
+    except TypeError as exc:
+        raise TypeError(f"the key_averages aggregator {name} returned {exc}; {expected}") from None
 
 
 def _takes_tree_and_rows(aggregator: Aggregator) -> bool:

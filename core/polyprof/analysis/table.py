@@ -75,6 +75,7 @@ from typing import Any
 import attrs
 
 from polyprof.analysis.tree import PostProcessingRules, post_processing_rules
+from polyprof.base.activity import DEVICES
 from polyprof.base.errors import PolyprofError
 from polyprof.base.events import DeviceType
 
@@ -138,8 +139,9 @@ _US_PER_MS = 1000.0
 _KB = 1024
 _MB = 1024 * _KB
 _GB = 1024 * _MB
-# Device kinds whose events carry device time in Kineto mode (torch's list, by name).
-_KINETO_DEVICE_KINDS = frozenset({"CUDA", "PrivateUse1", "MTIA", "XPU"})
+# Device kinds whose events carry device time in Kineto mode (torch's list, by name):
+# ``polyprof.base.activity.DEVICES``' ``table_device_time``.
+_KINETO_DEVICE_KINDS = frozenset(d.device_type.name for d in DEVICES if d.table_device_time)
 _TOP_LEVEL_NOTE = "This report only display top-level ops statistics"
 
 

@@ -126,13 +126,8 @@ _FILTERED_STACK_ENTRIES: tuple[tuple[str, str], ...] = (
 
 #: Memory records counted as CPU memory / device memory (torch's two lists).
 _CPU_MEMORY_DEVICES = (DeviceType.CPU, DeviceType.MKLDNN, DeviceType.IDEEP)
-#: The device ones are ``polyprof.base.activity.DEVICES``'s (``device_memory_since``).
-_DEVICE_MEMORY_DEVICES = tuple(d.device_type for d in DEVICES if d.device_memory_since is not None)
-#: Before torch 2.8 (``xpu_memory_is_device_memory``) the devices counted from 2.8 (XPU) were
-#: left out: their memory records counted as neither CPU nor device memory.
-_DEVICE_MEMORY_DEVICES_BEFORE_2_8 = tuple(
-    d.device_type for d in DEVICES if d.device_memory_since is not None and d.device_memory_since < (2, 8)
-)
+#: The device ones are ``PostProcessingRules.device_memory_devices``: per torch release, from
+#: ``polyprof.base.activity.DEVICES``' ``device_memory_since``.
 #: Device rows that become kernels of the CPU row that launched them (``Device.kernels``).
 _KERNEL_DEVICES = tuple(d.device_type for d in DEVICES if d.kernels)
 #: Device rows whose own elapsed time is their device time (``Device.timed``).
@@ -176,8 +171,10 @@ class PostProcessingRules:
     #: 2.7: events carry overload names: the table may get an Overload Name column and
     #: ``key_averages`` may group by them (2.6 has neither).
     overload_names: bool
-    #: 2.8: memory records on XPU count as device memory (before: as neither CPU nor device memory).
-    xpu_memory_is_device_memory: bool
+    #: The devices whose memory records count as device memory in this release: those whose
+    #: ``polyprof.base.activity.Device.device_memory_since`` it has reached (XPU's from 2.8). The
+    #: others' count as neither CPU nor device memory. A tuple (``np.isin`` reads its items).
+    device_memory_devices: tuple[DeviceType, ...]
     #: 2.8: the table's memory units are ``GB MB KB B`` (before: ``Gb Mb Kb b``).
     memory_units: tuple[str, str, str, str]
     #: Before 2.11: an op's memory window is ``[start_ns / 1000 * 1000, end_ns / 1000 * 1000]``
@@ -203,7 +200,11 @@ class PostProcessingRules:
         return cls(
             torch_minor=(major, minor),
             overload_names=at_least(2, 7) if overload_names is None else overload_names,
-            xpu_memory_is_device_memory=at_least(2, 8),
+            device_memory_devices=tuple(
+                d.device_type
+                for d in DEVICES
+                if d.device_memory_since is not None and at_least(*d.device_memory_since)
+            ),
             memory_units=("GB", "MB", "KB", "B") if at_least(2, 8) else ("Gb", "Mb", "Kb", "b"),
             memory_window_through_us=not at_least(2, 11),
             overhead_launches_nothing=(major, minor) == (2, 14),
@@ -996,9 +997,7 @@ class _Builder:
         mem = np.flatnonzero(name_col == mem_id)
         oom = np.flatnonzero(name_col == oom_id)
 
-        device_memory_devices: tuple[DeviceType, ...] = _DEVICE_MEMORY_DEVICES
-        if not self.rules.xpu_memory_is_device_memory:
-            device_memory_devices = _DEVICE_MEMORY_DEVICES_BEFORE_2_8
+        device_memory_devices = self.rules.device_memory_devices
 
         def split(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             dt = _host_aware_device_type(b, idx)

@@ -69,6 +69,12 @@ class Device:
     #: The first torch release whose memory records on it count as device memory ((0, 0): every
     #: release); None: never (they count as neither CPU nor device memory).
     device_memory_since: tuple[int, int] | None
+    #: torch's table adds its rows' self device time (user annotations left out) into the device
+    #: time footer and the ``Self {DEV} %`` denominator (``_build_table``'s Kineto-mode list).
+    table_device_time: bool
+    #: The entry-point name (group ``polyprof``) of ``distribution``'s plugin, which polyprof's own
+    #: distributions keep when a third party registers it too; None where ``distribution`` is None.
+    entry_point: str | None
 
     @property
     def collector_activity(self) -> str:
@@ -85,30 +91,36 @@ DEVICES: tuple[Device, ...] = (
         ProfilerActivity.CUDA, DeviceType.CUDA, "cuda", "cuda", "CUDA", "GPU", "polyprof-cuda",
         ("CUDA_RUNTIME", "CUDA_DRIVER"), autograd_use_device=True, kernels=True, timed=True,
         device_memory_since=(0, 0),
+        table_device_time=True, entry_point="cuda",
     ),
     # ROCm: torch records it as CUDA, and its Kineto keeps the cuda_* categories.
     Device(
         ProfilerActivity.CUDA, DeviceType.HIP, "cuda", "cuda", "HIP", "GPU", "polyprof-cuda",
         ("CUDA_RUNTIME", "CUDA_DRIVER"), autograd_use_device=True, kernels=False, timed=False,
         device_memory_since=(0, 0),
+        table_device_time=False, entry_point="cuda",
     ),
     Device(
         ProfilerActivity.XPU, DeviceType.XPU, "xpu", "xpu", "XPU", "XPU", "polyprof-xpu",
         ("XPU_RUNTIME", "XPU_DRIVER"), autograd_use_device=True, kernels=True, timed=True,
         device_memory_since=(2, 8),
+        table_device_time=True, entry_point="xpu",
     ),
     Device(
         ProfilerActivity.MTIA, DeviceType.MTIA, "mtia", "mtia", "MTIA", "MTIA", None,
         (), autograd_use_device=True, kernels=False, timed=True, device_memory_since=None,
+        table_device_time=True, entry_point=None,
     ),
     Device(
         ProfilerActivity.HPU, DeviceType.HPU, "hpu", "hpu", "HPU", "HPU", None,
         (), autograd_use_device=True, kernels=False, timed=True, device_memory_since=None,
+        table_device_time=False, entry_point=None,
     ),
     Device(
         ProfilerActivity.PrivateUse1, DeviceType.PrivateUse1, "privateuseone", "privateuse1",
         "PrivateUse1", "PrivateUse1", None, ("PRIVATEUSE1_RUNTIME", "PRIVATEUSE1_DRIVER"),
         autograd_use_device=False, kernels=True, timed=True, device_memory_since=(0, 0),
+        table_device_time=True, entry_point=None,
     ),
 )  # fmt: skip
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import abc
 import queue
 import threading
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 import attrs
 
@@ -29,6 +29,29 @@ if TYPE_CHECKING:
     from polyprof.base.config import ProfileConfig
     from polyprof.base.events import EventBatch
     from polyprof.base.trace import Trace
+
+
+#: A JSON value as ``json.loads`` gives it (read-only containers, so a ``dict[str, int]`` is one).
+JsonValue: TypeAlias = "bool | int | float | str | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
+
+
+class TraceMetadata(TypedDict, total=False):
+    """What ``Tracer.trace_metadata`` returns: facts for the trace; any key may be left out.
+
+    The session takes the earliest ``start_ns`` and the latest ``end_ns`` of its tracers (0 or
+    missing: not known; then the events' span), and gathers the others into the ``Trace``.
+    """
+
+    #: When this tracer's recording started, ns since the epoch (``Trace.start_ns``).
+    start_ns: int
+    #: When it ended, ns since the epoch (``Trace.end_ns``).
+    end_ns: int
+    #: Kineto's ``deviceProperties``: one JSON object per device (``Trace.device_properties``).
+    device_properties: Sequence[Mapping[str, JsonValue]]
+    #: Notes for the user, e.g. "cuda: 12 records dropped by CUPTI" (``Trace.notes``).
+    notes: Sequence[str]
+    #: Trace header entries: key -> JSON text (``Trace.metadata_json``).
+    metadata_json: Mapping[str, str]
 
 
 # Typed converters: mypy's attrs plugin cannot bind frozenset's or tuple's type variable when
@@ -162,9 +185,9 @@ class Tracer(abc.ABC):
         """Turn an outbox item into event batches (bus thread)."""
         return (item,)
 
-    def trace_metadata(self) -> dict[str, Any]:
-        """Facts for the trace once stopped: ``start_ns``, ``end_ns``, ``device_properties``,
-        ``notes``, ``metadata_json`` (key -> JSON text). Missing keys are fine."""
+    def trace_metadata(self) -> TraceMetadata:
+        """Facts for the trace once stopped (``TraceMetadata``): ``start_ns``, ``end_ns``,
+        ``device_properties``, ``notes``, ``metadata_json`` (key -> JSON text). Missing keys are fine."""
         return {}
 
 
@@ -210,8 +233,10 @@ def check_component(obj: Any, kind: type, plugin: str) -> Any:
 __all__ = [
     "Capabilities",
     "Exporter",
+    "JsonValue",
     "Outbox",
     "Subscriber",
+    "TraceMetadata",
     "Tracer",
     "check_component",
 ]

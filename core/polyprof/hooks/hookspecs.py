@@ -136,7 +136,7 @@ def polyprof_make_aggregators(config: ProfileConfig) -> list[Aggregator] | None:
     The one named ``key_averages`` answers every ``key_averages()`` table
     of the session's recordings: ``Aggregator.aggregate(trace, tree=...,
     rows=..., **grouping)`` returns a ``polyprof.analysis.averages.KeyAveragesSummary``
-    or a sequence of ``FunctionEventAvg``.
+    (``summarize``'s, or ``KeyAveragesSummary.of_rows`` of rows it built itself).
 
     :param config: the session's configuration.
     :returns: a list of ``Aggregator`` objects.

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 import attrs
 
+from polyprof.base.activity import DEVICES
 from polyprof.base.errors import PolyprofError, PolyprofWarning
 from polyprof.base.log import get_logger
 
@@ -53,7 +54,7 @@ BUILTIN_PLUGINS: Final[Mapping[str, str]] = types.MappingProxyType(
 #: polyprof's own plugin distributions, by the entry-point name each declares. A name declared by
 #: one of these and by another distribution loads this one by default (``plan_third_party``).
 OWNED_NAMES: Final[Mapping[str, str]] = types.MappingProxyType(
-    {"cuda": "polyprof-cuda", "xpu": "polyprof-xpu"}
+    {d.entry_point: d.distribution for d in DEVICES if d.entry_point and d.distribution}
 )
 
 #: Set to 1 to stop loading third-party plugins from entry points.

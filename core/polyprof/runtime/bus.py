@@ -1249,9 +1249,7 @@ class EventBus:
         :raises ValueError: if it, or another tracer of the same name, is attached.
         """
         if not isinstance(tracer, Tracer):
-            raise TypeError(
-                f"add_tracer() needs a polyprof.plugin.Tracer, not {type(tracer).__qualname__}"
-            )
+            raise TypeError(f"add_tracer() needs a polyprof.plugin.Tracer, not {type(tracer).__qualname__}")
         self.start()
         self._engine.call(self._engine.attach_tracer, tracer, what="add_tracer")
 
@@ -1271,8 +1269,7 @@ class EventBus:
         """
         if not isinstance(subscriber, Subscriber):
             raise TypeError(
-                "subscribe() needs a polyprof.plugin.Subscriber, "
-                f"not {type(subscriber).__qualname__}"
+                f"subscribe() needs a polyprof.plugin.Subscriber, not {type(subscriber).__qualname__}"
             )
         if isinstance(subscriber, Sink):
             if capacity is not None:

@@ -26,7 +26,7 @@ from polyprof.base.events import EventBatch, concat
 from polyprof.base.log import get_logger
 from polyprof.base.trace import Trace
 from polyprof.hooks import activity_resolution
-from polyprof.hooks.components import Exporter, Subscriber, Tracer
+from polyprof.hooks.components import Exporter, JsonValue, Subscriber, Tracer
 from polyprof.hooks.plugin_calls import HookFailure, PluginFailureWarning
 from polyprof.hooks.registry import PolyprofPluginManager
 from polyprof.runtime.bus import BusStatistics, EventBus, Sink
@@ -378,9 +378,10 @@ class Session:
 
         Those are not asked for metadata: they may still report an earlier recording's span.
         """
-        facts: dict[str, Any] = {}
+        tracer_starts: list[int] = []
+        tracer_ends: list[int] = []
         notes = [*failure_notes, *(f"tracer {name!r} failed; its events are missing" for name in failed)]
-        device_properties: list[Any] = []
+        device_properties: list[Mapping[str, JsonValue]] = []
         extra_meta: dict[str, str] = {}
         for tracer in self.tracers:
             if id(tracer) in left_out:
@@ -390,18 +391,17 @@ class Session:
             except Exception as exc:  # noqa: BLE001 - the events stand without this tracer's metadata
                 notes.append(self._tracer_failed(tracer, "trace_metadata", exc))
                 continue
-            for key in ("start_ns", "end_ns"):
-                if meta.get(key):
-                    facts.setdefault(key, []).append(int(meta[key]))
+            if meta.get("start_ns"):
+                tracer_starts.append(int(meta["start_ns"]))
+            if meta.get("end_ns"):
+                tracer_ends.append(int(meta["end_ns"]))
             notes.extend(meta.get("notes", ()))
             device_properties.extend(meta.get("device_properties", ()))
             extra_meta.update(meta.get("metadata_json", {}))
         # Device tracers' API calls learn which CPU op launched them (polyprof.base.attribution).
         events = concat(link_launches(self.collector.take()))
-        starts = facts.get("start_ns") or [int(events["start_ns"].min()) if len(events) else 0]
-        ends = facts.get("end_ns") or [
-            int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0
-        ]
+        starts = tracer_starts or [int(events["start_ns"].min()) if len(events) else 0]
+        ends = tracer_ends or [int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0]
         # What the bus lost in this recording: the core's collection only on a timeout; plugins'
         # streamed subscribers whenever they could not keep up (the trace is whole then).
         recording = self.bus.last_recording_statistics()

@@ -278,7 +278,7 @@ def test_end_to_end_device_columns_for_the_op_that_launched(tmp_path, monkeypatc
                 return [DeviceTracer(name="fake_cuda", activities=[ProfilerActivity.CUDA])]
             return []
 
-    from polyprof_builtins import torch_cpu
+    from polyprof.runtime import torch_cpu
 
     args_decoded = []
     real_args = torch_cpu._trace_args_column

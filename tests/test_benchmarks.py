@@ -212,7 +212,7 @@ def test_snapshot_source_extracts_a_commit_and_names_a_bad_one(bench: ModuleType
     full = bench.snapshot_source("HEAD", str(tmp_path))
     assert len(full) == 40
     assert (tmp_path / "core" / "polyprof" / "__init__.py").is_file()
-    assert (tmp_path / "plugins" / "polyprof_builtins" / "torch_cpu.py").is_file()
+    assert (tmp_path / "plugins" / "polyprof_builtins" / "key_averages.py").is_file()
     with pytest.raises(SystemExit, match="'no-such-commit' is not a commit of this repository"):
         bench.snapshot_source("no-such-commit", str(tmp_path / "other"))
 

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from hypothesis_budget import examples
 from polyprof.base.events import EventKind
 from polyprof.native import native_reader
-from polyprof_builtins import chrome_trace
-from polyprof_builtins.chrome_trace import render_chrome_trace
+from polyprof.runtime import chrome_trace
+from polyprof.runtime.chrome_trace import render_chrome_trace
 from test_chrome_trace import batch_from_rows, event_rows, every_args_form_rows, make_trace
 
 pytest.importorskip("torch")
@@ -247,7 +247,7 @@ def test_writing_a_trace_never_imports_torch(tmp_path: Path) -> None:
     script = (
         "import sys\n"
         "from polyprof.base.events import EventKind\n"
-        "from polyprof_builtins.chrome_trace import write_chrome_trace\n"
+        "from polyprof.runtime.chrome_trace import write_chrome_trace\n"
         "from polyprof.testing import make_event_batch, make_trace\n"
         "assert 'torch' not in sys.modules, 'imported before writing'\n"
         "rows = [{'kind': int(EventKind.CPU_OP), 'name': 'op', 'start_ns': 10**9, 'dur_ns': 5}]\n"

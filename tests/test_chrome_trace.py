@@ -55,15 +55,15 @@ from polyprof.formats.chrome_reader import (
     trace_from_chrome,
 )
 from polyprof.hooks.components import Capabilities, Exporter
-from polyprof.testing import make_plugin_manager_for_tests
-from polyprof_builtins import chrome_trace
-from polyprof_builtins.chrome_trace import (
+from polyprof.runtime import chrome_trace
+from polyprof.runtime.chrome_trace import (
     ChromeTraceExporter,
     format_us,
     render_chrome_trace,
     trimonth_base_ns,
     write_chrome_trace,
 )
+from polyprof.testing import make_plugin_manager_for_tests
 
 #: torch's base time in reference/torch_profiler.md §3 (a trimonth boundary).
 BASE = 1_790_857_026_000_000_000
@@ -1379,7 +1379,7 @@ def torch_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     from torch.profiler import profile
 
     from polyprof.base import torch_support
-    from polyprof_builtins.torch_cpu import decode_result
+    from polyprof.runtime.torch_cpu import decode_result
 
     flags = dict(VARIANTS[request.param])
     experimental = {name: flags.pop(name) for name in EXPERIMENTAL_FLAGS if name in flags}
@@ -1626,7 +1626,7 @@ def test_names_torch_cannot_write_are_fine_here(tmp_path: Path) -> None:
     from torch.profiler import ProfilerActivity as TorchActivity
     from torch.profiler import profile, record_function
 
-    from polyprof_builtins.torch_cpu import decode_result
+    from polyprof.runtime.torch_cpu import decode_result
 
     name = 'block "one" \\ two'
     with profile(activities=[TorchActivity.CPU]) as prof:

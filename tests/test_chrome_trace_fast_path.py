@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from polyprof.base.events import EventKind
-from polyprof_builtins import chrome_trace
-from polyprof_builtins.chrome_trace import NEWEST_LAYOUT, _ArgsText, _Columns, _event_lines, _lanes
+from polyprof.runtime import chrome_trace
+from polyprof.runtime.chrome_trace import NEWEST_LAYOUT, _ArgsText, _Columns, _event_lines, _lanes
 from test_chrome_trace import batch_from_rows
 
 torch = pytest.importorskip("torch")
-torch_cpu = pytest.importorskip("polyprof_builtins.torch_cpu")
+torch_cpu = pytest.importorskip("polyprof.runtime.torch_cpu")
 if not torch_cpu.torch_support.installed().has_accessor("flow_id"):
     pytest.skip("the installed torch has no flow accessors", allow_module_level=True)
 

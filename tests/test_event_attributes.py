@@ -32,7 +32,7 @@ from polyprof.analysis.torch_event_surface import (
 from polyprof.base.activity import ProfilerActivity as PA
 from polyprof.base.config import ProfileConfig
 from polyprof.base.trace import Trace
-from polyprof_builtins.torch_cpu import decode_result
+from polyprof.runtime.torch_cpu import decode_result
 
 torch = pytest.importorskip("torch")
 from torch._C._profiler import _ExperimentalConfig  # noqa: E402

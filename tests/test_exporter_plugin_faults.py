@@ -80,7 +80,7 @@ INTERRUPTED_EXPORT = """
     import torch
     import polyprof
     import polyprof.shim
-    import polyprof_builtins.chrome_trace as chrome_trace
+    import polyprof.runtime.chrome_trace as chrome_trace
 
     dest, frontend = sys.argv[1], sys.argv[2]
     chrome_trace.CHUNK_EVENTS = 200
@@ -610,9 +610,9 @@ def test_every_other_format_writes_any_name(tmp_path: Path) -> None:
 
 
 def test_the_known_trace_suffixes_are_the_builtin_exporters_own() -> None:
+    from polyprof.runtime.chrome_trace import ChromeTraceExporter
     from polyprof.runtime.exporting import TRACE_FORMAT_SUFFIXES
-    from polyprof_builtins.chrome_trace import ChromeTraceExporter
-    from polyprof_builtins.parquet_trace import ParquetTraceExporter
+    from polyprof.runtime.parquet_trace import ParquetTraceExporter
 
     assert TRACE_FORMAT_SUFFIXES == {
         "chrome": ChromeTraceExporter.suffixes,
@@ -723,7 +723,7 @@ def test_a_tracer_left_out_does_not_stretch_the_trace_with_an_earlier_span() -> 
 
 def test_the_builtin_collector_failing_to_start_still_stops_the_profile(monkeypatch) -> None:
     """torch's collector is the recording: its failure is the profile's, raised as before."""
-    from polyprof_builtins.torch_cpu import TorchCpuTracer
+    from polyprof.runtime.torch_cpu import TorchCpuTracer
 
     def busy(self) -> None:
         raise RuntimeError("collector busy")

@@ -43,7 +43,7 @@ from polyprof.base.kineto_format import (
 )
 from polyprof.base.trace import Trace
 from polyprof.formats.chrome_reader import read_chrome_trace
-from polyprof_builtins.chrome_trace import render_chrome_trace, write_chrome_trace
+from polyprof.runtime.chrome_trace import render_chrome_trace, write_chrome_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = 1_790_857_026_000_000_000
@@ -269,9 +269,9 @@ def test_flow_categories_and_lane_labels_are_the_formats(tmp_path: Path) -> None
 
 #: Modules that write, read or record the format (and so once held copies of its tables).
 FORMAT_USERS = [
-    ROOT / "plugins/polyprof_builtins/chrome_trace.py",
+    ROOT / "core/polyprof/runtime/chrome_trace.py",
     ROOT / "core/polyprof/formats/chrome_reader.py",
-    ROOT / "plugins/polyprof_builtins/torch_cpu.py",
+    ROOT / "core/polyprof/runtime/torch_cpu.py",
     ROOT / "core/polyprof/base/events.py",
     ROOT / "core/polyprof/analysis/tree.py",
 ]
@@ -440,7 +440,7 @@ def test_the_interner_adds_unseen_values_through_getitem() -> None:
 
 def test_the_tree_and_the_torch_tracer_use_the_shared_interner() -> None:
     from polyprof.analysis import tree
-    from polyprof_builtins import torch_cpu
+    from polyprof.runtime import torch_cpu
 
     assert tree.Interner is Interner
     assert not hasattr(torch_cpu, "_Interner") and not hasattr(tree, "_Interner")

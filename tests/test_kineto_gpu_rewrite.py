@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from polyprof.formats.chrome_reader import load_chrome_trace, trace_from_chrome
-from polyprof_builtins.chrome_trace import write_chrome_trace
+from polyprof.runtime.chrome_trace import write_chrome_trace
 
 DATA = Path(__file__).parent / "data" / "kineto_gpu"
 TRACES = sorted(p.name for p in DATA.glob("*.json.gz"))

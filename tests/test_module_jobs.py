@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -414,10 +415,19 @@ def _line_of(text: str) -> int:
     return next(n for n, line in enumerate(lines, 1) if line.strip().startswith(text))
 
 
+def _real_module_file(old: str) -> Path:
+    """Where a real module at the path ``old`` would be: in its top package's folder (``polyprof``'s in
+    core/, ``polyprof_builtins``' in plugins/)."""
+    top, *rest = old.split(".")
+    folder = Path(importlib.import_module(top).__file__ or "").parent
+    return (folder / Path(*rest)).with_suffix(".py")
+
+
 @pytest.mark.parametrize("old", sorted(_compat.MOVED_MODULES))
 def test_an_old_module_path_is_the_new_module_with_a_warning_at_the_importing_line(old: str) -> None:
     new = _compat.MOVED_MODULES[old]
-    assert not (CORE.parent / Path(*old.split("."))).with_suffix(".py").exists(), "a real module is there"
+    real = _real_module_file(old)
+    assert real.parent.is_dir() and not real.exists(), f"a real module is there: {real}"
     home = importlib.import_module(new)
     sys.modules.pop(old, None)
     with pytest.warns(PolyprofDeprecationWarning) as record:
@@ -454,6 +464,32 @@ def test_the_finder_answers_only_for_the_old_paths() -> None:
         warnings.simplefilter("error", PolyprofDeprecationWarning)
         importlib.import_module("polyprof.analysis.tree")  # a real path: no warning
         importlib.import_module("polyprof.legacy")  # a public namespace, not an old path
+
+
+def test_an_old_builtin_path_imports_in_a_fresh_interpreter() -> None:
+    """``polyprof_builtins`` imports polyprof first, which installs the finder of the old paths."""
+    code = (
+        "import warnings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import polyprof_builtins.own_frames as old\n"
+        "from polyprof.base.errors import PolyprofDeprecationWarning\n"
+        "from polyprof.runtime import own_frames\n"
+        "assert old.without_own_frames is own_frames.without_own_frames\n"
+        "print([str(w.message).split(';')[0] for w in caught if w.category is PolyprofDeprecationWarning])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=CORE.parent.parent,  # the checkout, for a relative PYTHONPATH
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        "['the module polyprof_builtins.own_frames has moved to polyprof.runtime.own_frames']"
+    )
 
 
 @pytest.mark.parametrize("old", sorted({*_compat.MOVED, "polyprof.tree"}))

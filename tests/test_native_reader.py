@@ -34,7 +34,7 @@ from polyprof.runtime import result_rows
 from polyprof.runtime.result_rows import ResultRows
 
 torch = pytest.importorskip("torch")
-torch_cpu = pytest.importorskip("polyprof_builtins.torch_cpu")
+torch_cpu = pytest.importorskip("polyprof.runtime.torch_cpu")
 if torch_cpu.torch_unavailable_reason() is not None:
     pytest.skip(torch_cpu.torch_unavailable_reason(), allow_module_level=True)
 
@@ -499,7 +499,7 @@ def test_a_process_that_exits_right_after_exporting_frees_the_result_cleanly(tmp
     script = (
         "import torch\n"
         "from polyprof import profile, ProfilerActivity, result_rows\n"
-        "from polyprof_builtins import torch_cpu\n"
+        "from polyprof.runtime import torch_cpu\n"
         "torch_cpu.EAGER_DECODE_EVENTS = 0  # deferred: the export's decode frees the result\n"
         "release = result_rows._release\n"
         "def spy(reader, result):\n"

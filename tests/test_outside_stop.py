@@ -54,7 +54,7 @@ from polyprof.testing import make_plugin_manager_for_tests, run_pytest_in_child
 torch = pytest.importorskip("torch")
 import torch.autograd.profiler as autograd_profiler  # noqa: E402
 
-from polyprof_builtins import torch_cpu  # noqa: E402
+from polyprof.runtime import torch_cpu  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 #: torch's own functions that polyprof wraps while it records, as torch has them (no recording yet).

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import polyprof  # noqa: E402
-from polyprof_builtins import own_frames  # noqa: E402
+from polyprof.runtime import own_frames  # noqa: E402
 
 #: Files of polyprof's packages, as torch's tracer names them (site-packages cut off, or absolute).
 POLYPROF_FILE = re.compile(r"(^|/)(polyprof|polyprof_builtins|polyprof_cuda|polyprof_xpu)/[^(]*\.py\(\d+\): ")

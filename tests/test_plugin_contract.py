@@ -46,19 +46,6 @@ CONTRACT = frozenset(polyprof.plugin.__all__)
 CONTRACT_MODULE = "polyprof.plugin"
 TESTING_MODULE = "polyprof.testing"
 
-#: Built-ins that are core in all but their folder, not held to the contract: ``torch_cpu`` drives
-#: torch's collector with the recording layer's internals and ``chrome_trace`` is the core's Chrome
-#: writer. Both move into core (structure review 2026-11-27, section 10, step 4); their plugin entry
-#: points will then be adapters that import ``polyprof.plugin`` alone.
-BUILTINS_OUTSIDE_THE_CONTRACT = ("chrome_trace.py", "torch_cpu.py")
-#: The modules outside the contract that a built-in still imports, and why. ``parquet_trace`` writes
-#: a format polyprof reads back (``polyprof convert``, ``polyprof report``): its columns and the
-#: suffix rule of the formats polyprof reads back are the core's; it moves into core with
-#: ``chrome_trace``, whose text it holds.
-BUILTIN_CORE_IMPORTS = {
-    "parquet_trace.py": frozenset({"polyprof.formats.columnar", "polyprof.runtime.exporting"})
-}
-
 
 def guide_section(number: int) -> str:
     """The text of section ``number`` of the plugin author guide, heading included."""
@@ -177,8 +164,8 @@ def gpu_sources(*, tests: bool) -> Iterator[Path]:
 
 
 def builtin_sources() -> Iterator[Path]:
-    """The built-in plugins held to the contract: all but ``BUILTINS_OUTSIDE_THE_CONTRACT``."""
-    yield from (p for p in sorted(BUILTINS.glob("*.py")) if p.name not in BUILTINS_OUTSIDE_THE_CONTRACT)
+    """The built-in plugins, every one held to the contract (the essential ones live in the core)."""
+    yield from sorted(BUILTINS.rglob("*.py"))
 
 
 def example_sources(*, tests: bool) -> Iterator[Path]:
@@ -211,9 +198,7 @@ def polyprof_imports(path: Path) -> Iterator[tuple[int, str, str | None]]:
                 yield node.lineno, node.module, alias.name
 
 
-def outside_the_contract(
-    path: Path, *, allowed_modules: frozenset[str] = frozenset(), tests: bool = False
-) -> list[str]:
+def outside_the_contract(path: Path, *, tests: bool = False) -> list[str]:
     """``path``'s imports of polyprof that are not ``polyprof.plugin`` (nor, in tests, ``polyprof.testing``).
 
     Allowed: ``import polyprof.plugin``, ``from polyprof import plugin`` and ``from polyprof.plugin
@@ -227,7 +212,7 @@ def outside_the_contract(
         elif module == "polyprof" and name is not None:
             allowed = f"polyprof.{name}" in modules
         else:
-            allowed = module in modules or module in allowed_modules
+            allowed = module in modules
         if not allowed:
             where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
             outside.append(f"{where}:{line}: {module}{'.' + name if name else ''}")
@@ -235,12 +220,8 @@ def outside_the_contract(
 
 
 def test_the_plugins_import_only_the_contract() -> None:
-    """polyprof-cuda, polyprof-xpu, the built-ins (but two) and the example exporter import it alone."""
-    outside = []
-    for path in plugin_sources():
-        outside += outside_the_contract(
-            path, allowed_modules=BUILTIN_CORE_IMPORTS.get(path.name, frozenset())
-        )
+    """polyprof-cuda, polyprof-xpu, the built-ins and the example exporter import it alone."""
+    outside = [line for path in plugin_sources() for line in outside_the_contract(path)]
     assert not outside, "imports outside polyprof.plugin (the guide's section 5):\n" + "\n".join(outside)
 
 
@@ -252,15 +233,12 @@ def test_the_example_exporter_s_tests_use_the_contract_and_polyprof_testing_only
     assert not outside, "\n".join(outside)
 
 
-def test_the_exemptions_name_what_exists() -> None:
-    """The built-ins left outside the contract exist, and each module exempted is still imported."""
-    for name in (*BUILTINS_OUTSIDE_THE_CONTRACT, *BUILTIN_CORE_IMPORTS):
-        assert (BUILTINS / name).is_file(), f"polyprof_builtins/{name} is gone: drop its exemption"
-    for name, modules in BUILTIN_CORE_IMPORTS.items():
-        imported = {module for _, module, _ in polyprof_imports(BUILTINS / name)}
-        assert modules <= imported, f"{name} no longer imports {sorted(modules - imported)}: drop them"
-    held = {path.name for path in builtin_sources()}
-    assert {"key_averages.py", "stacks.py", "itt_export.py", "parquet_trace.py"} <= held
+def test_every_builtin_is_held_to_the_contract() -> None:
+    """No exemption: what is in ``polyprof_builtins`` is a plugin like any other; the built-ins that
+    use the core's internals (``torch_cpu``, ``chrome_trace``, ``parquet_trace``) live in the core."""
+    held = {path.relative_to(BUILTINS).as_posix() for path in builtin_sources()}
+    assert {"__init__.py", "key_averages.py", "stacks.py", "itt_export.py"} <= held
+    assert not held & {"torch_cpu.py", "own_frames.py", "chrome_trace.py", "parquet_trace.py"}
 
 
 def test_the_scan_refuses_what_is_not_the_contract(tmp_path: Path) -> None:

@@ -29,10 +29,10 @@ from polyprof.base.activity import ProfilerActivity as PA
 from polyprof.base.config import ProfileConfig
 from polyprof.base.torch_support import installed
 from polyprof.base.trace import Trace
+from polyprof.runtime.torch_cpu import decode_result
 from polyprof.testing import make_event_batch, make_plugin_manager_for_tests, make_trace
 from polyprof_builtins import key_averages as key_averages_plugin
 from polyprof_builtins.key_averages import KeyAverages
-from polyprof_builtins.torch_cpu import decode_result
 
 torch = pytest.importorskip("torch")
 from torch._C._profiler import _ExperimentalConfig  # noqa: E402

@@ -8,7 +8,7 @@ import pytest
 from polyprof.base.activity import ProfilerActivity
 from polyprof.base.config import ProfileConfig
 from polyprof.base.events import EventKind
-from polyprof_builtins.torch_cpu import decode_result
+from polyprof.runtime.torch_cpu import decode_result
 
 
 class FakeKinetoEvent:
@@ -172,7 +172,7 @@ def test_rerooted_python_frames_are_written_as_torch_writes_a_root_frame() -> No
     # Kineto's own text for two frames; the second's parent was one of polyprof's bus-thread frames.
     from polyprof.base import torch_support
     from polyprof.base.kineto_format import encode_args_table, kineto_args_column
-    from polyprof_builtins.torch_cpu import _with_python_parents
+    from polyprof.runtime.torch_cpu import _with_python_parents
 
     texts = [
         '"Python parent id": null, "Python id": 12, "Ev Idx": 71',
@@ -196,7 +196,7 @@ def test_small_profiles_decode_every_column_at_the_exit(
     export finds them decoded (and torch's result already let go of); above it they wait for it."""
     torch = pytest.importorskip("torch")
     from polyprof import profile
-    from polyprof_builtins import torch_cpu
+    from polyprof.runtime import torch_cpu
 
     decodes: list[str] = []
     real = torch_cpu._DeferredDecoder._decode_all
@@ -222,7 +222,7 @@ def test_a_failed_decode_at_the_exit_leaves_the_columns_to_the_export(
 ) -> None:
     torch = pytest.importorskip("torch")
     from polyprof import profile
-    from polyprof_builtins import torch_cpu
+    from polyprof.runtime import torch_cpu
 
     if not torch_cpu.torch_support.installed().has_accessor("flow_id"):
         pytest.skip("torch < 2.13 decodes nothing more at the exit")

@@ -40,7 +40,7 @@ from polyprof.testing import (
 )
 
 torch = pytest.importorskip("torch")
-from polyprof_builtins import torch_cpu  # noqa: E402
+from polyprof.runtime import torch_cpu  # noqa: E402
 
 
 class _KernelsFromCollector(TorchResultTracer):

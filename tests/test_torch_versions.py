@@ -30,7 +30,7 @@ from torch._C._profiler import _ExperimentalConfig  # noqa: E402
 from torch.profiler import profile as torch_profile  # noqa: E402
 
 import polyprof  # noqa: E402
-from polyprof_builtins import torch_cpu  # noqa: E402
+from polyprof.runtime import torch_cpu  # noqa: E402
 
 FEATURES = torch_support.installed()
 

@@ -3,8 +3,10 @@
 Every name has one home. Two tables list the paths that moved:
 
 - ``MOVED_MODULES``: the modules that moved into the layer subpackages (``polyprof.tree`` is now
-  ``polyprof.analysis.tree``). Importing an old path warns once with a ``PolyprofDeprecationWarning``
-  naming the new one, and gives a stand-in module that reads (and sets) every name in the new one.
+  ``polyprof.analysis.tree``), and the essential built-in plugins that moved into the core
+  (``polyprof_builtins.torch_cpu`` is now ``polyprof.runtime.torch_cpu``). Importing an old path
+  warns once with a ``PolyprofDeprecationWarning`` naming the new one, and gives a stand-in module
+  that reads (and sets) every name in the new one.
 - ``MOVED``: names that left their module for another one; reading such a name from the old
   module path warns, naming its new home, and gives the object.
 
@@ -120,6 +122,12 @@ MOVED_MODULES: Final[Mapping[str, str]] = {
     "polyprof.tree": "polyprof.analysis.tree",
     "polyprof.user_warnings": "polyprof.base.user_warnings",
     "polyprof.whole_script": "polyprof.cli.whole_script",
+    # The essential built-in plugins, now in the core (their entry points name the new paths).
+    # ``polyprof_builtins/__init__`` imports polyprof, so this finder serves them in a fresh process.
+    "polyprof_builtins.chrome_trace": "polyprof.runtime.chrome_trace",
+    "polyprof_builtins.own_frames": "polyprof.runtime.own_frames",
+    "polyprof_builtins.parquet_trace": "polyprof.runtime.parquet_trace",
+    "polyprof_builtins.torch_cpu": "polyprof.runtime.torch_cpu",
 }
 
 _DISCOVERY = "polyprof.hooks.plugin_discovery"

@@ -38,9 +38,9 @@ from polyprof.base.activity import ProfilerActivity
 from polyprof.base.config import ProfileConfig
 from polyprof.base.events import DeviceType, EventKind
 from polyprof.base.kineto_format import FLOW_AC2G
+from polyprof.runtime.chrome_trace import ChromeTraceExporter
 from polyprof.runtime.torch_result import CollectorResult
 from polyprof.testing import KinetoEventStandIn, KinetoEventStandIn211, RawResultStandIn, make_trace
-from polyprof_builtins.chrome_trace import ChromeTraceExporter
 from polyprof_cuda import kineto
 
 PID = 4242

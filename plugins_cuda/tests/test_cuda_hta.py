@@ -26,10 +26,10 @@ from polyprof.base.activity import ProfilerActivity
 from polyprof.base.attribution import link_launches
 from polyprof.base.config import ProfileConfig
 from polyprof.base.events import concat
+from polyprof.runtime import torch_cpu
+from polyprof.runtime.chrome_trace import ChromeTraceExporter
 from polyprof.runtime.torch_result import CollectorResult
 from polyprof.testing import make_trace
-from polyprof_builtins import torch_cpu
-from polyprof_builtins.chrome_trace import ChromeTraceExporter
 from polyprof_cuda import kineto
 
 BASE = 1_700_000_000 * 10**9

@@ -20,7 +20,7 @@ from polyprof.runtime.torch_result import CollectorResult, DeviceRowClaims
 from polyprof.testing import KinetoEventStandIn, KinetoEventStandIn211, RawResultStandIn, make_trace
 
 pytest.importorskip("torch")
-from polyprof_builtins import torch_cpu
+from polyprof.runtime import torch_cpu
 from polyprof_cuda import kineto
 
 PID = 4242

@@ -430,8 +430,8 @@ def test_hta_still_loads_a_cuda_trace_with_counters(tmp_path):
     from test_cuda_hta import build_trace
 
     from polyprof.base.events import concat
+    from polyprof.runtime.chrome_trace import ChromeTraceExporter
     from polyprof.testing import make_trace
-    from polyprof_builtins.chrome_trace import ChromeTraceExporter
 
     plain = build_trace()
     first, last = int(plain.events["start_ns"].min()), int(plain.events["start_ns"].max())

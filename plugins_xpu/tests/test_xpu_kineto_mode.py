@@ -176,8 +176,8 @@ def test_before_2_12_only_api_names_are_claimed(name: str, kind: EventKind | Non
 
 def test_the_cpu_tracer_leaves_the_xpu_rows_to_the_xpu_tracer() -> None:
     """Each row of one result is decoded exactly once, by the CPU or the XPU tracer."""
+    from polyprof.runtime import torch_cpu
     from polyprof.runtime.torch_result import DeviceRowClaims
-    from polyprof_builtins import torch_cpu
 
     claims = DeviceRowClaims.of([kineto.KinetoXpuTracer()])
     ops = [r[0] for r in ROWS if r[1] == "cpu_op"]
@@ -221,8 +221,8 @@ def test_another_devices_rows_are_not_xpu_rows() -> None:
 
 def _trace():
     """The stand-in result decoded as a session decodes it: the CPU tracer's rows and the XPU tracer's."""
+    from polyprof.runtime import torch_cpu
     from polyprof.runtime.torch_result import DeviceRowClaims
-    from polyprof_builtins import torch_cpu
 
     result = CollectorResult(Raw())
     config = ProfileConfig(activities={ProfilerActivity.CPU, ProfilerActivity.XPU}, torch_activities={"XPU"})
@@ -248,7 +248,7 @@ def test_each_op_gets_the_xpu_time_of_the_work_it_launched_only() -> None:
 
 
 def test_the_chrome_trace_is_kineto_shaped_for_xpu(tmp_path) -> None:
-    from polyprof_builtins.chrome_trace import ChromeTraceExporter
+    from polyprof.runtime.chrome_trace import ChromeTraceExporter
 
     path = tmp_path / "trace.json"
     ChromeTraceExporter().export(_trace(), str(path))

@@ -152,8 +152,8 @@ def polyprof_reading(raw: Any, device: str = "CUDA") -> tuple[Any, Any]:
     from polyprof.base.config import ProfileConfig
     from polyprof.base.events import concat
     from polyprof.base.trace import Trace
+    from polyprof.runtime import torch_cpu
     from polyprof.runtime.torch_result import CollectorResult, DeviceRowClaims
-    from polyprof_builtins import torch_cpu
 
     result = CollectorResult(raw)
     batches = []
@@ -178,7 +178,7 @@ def polyprof_reading(raw: Any, device: str = "CUDA") -> tuple[Any, Any]:
 
 def export_polyprof_trace(trace: Any, path: str | os.PathLike[str]) -> str:
     """Write ``trace`` (``polyprof_reading``'s) with polyprof's Chrome exporter."""
-    from polyprof_builtins.chrome_trace import ChromeTraceExporter
+    from polyprof.runtime.chrome_trace import ChromeTraceExporter
 
     return str(ChromeTraceExporter().export(trace, os.fspath(path)))
 

@@ -29,7 +29,7 @@ def test_lightning_stops_polyprofs_recording_and_polyprof_keeps_what_came_before
 ) -> None:
     import re
 
-    from polyprof_builtins.torch_cpu import NestedProfilerWarning
+    from polyprof.runtime.torch_cpu import NestedProfilerWarning
 
     x = torch.ones(4)
     with structlog.testing.capture_logs() as logs, warnings.catch_warnings(record=True) as caught:

@@ -1,6 +1,6 @@
 """The Chrome trace format as torch's Kineto writes it: one definition for polyprof's writer and reader.
 
-The "chrome" exporter (``polyprof_builtins.chrome_trace``) writes this format
+The "chrome" exporter (``polyprof.runtime.chrome_trace``) writes this format
 and ``polyprof report`` (``polyprof.formats.chrome_reader``) reads it back; tracers
 that need Kineto's names (activity types, categories) take them from here
 too. This module holds:

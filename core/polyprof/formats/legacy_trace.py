@@ -1,6 +1,6 @@
 """torch's legacy Python trace export: the ``EventList.export_chrome_trace`` JSON array.
 
-Not the Kineto trace (``polyprof_builtins.chrome_trace`` writes that): torch's
+Not the Kineto trace (``polyprof.runtime.chrome_trace`` writes that): torch's
 ``EventList.export_chrome_trace`` writes a bare JSON array of ``"ph": "X"``
 events on a ``"CPU functions"`` lane, plus one ``"ph": "s"`` flow start per
 kernel an op launched, its text built exactly as torch builds it, so the bytes

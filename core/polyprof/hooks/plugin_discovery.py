@@ -42,12 +42,12 @@ CORE_DISTRIBUTION: Final = "polyprof"
 #: autoload is off or the core's metadata is missing (running from a checkout).
 BUILTIN_PLUGINS: Final[Mapping[str, str]] = types.MappingProxyType(
     {
-        "torch_cpu": "polyprof_builtins.torch_cpu",
+        "torch_cpu": "polyprof.runtime.torch_cpu",
         "key_averages": "polyprof_builtins.key_averages",
-        "chrome_trace": "polyprof_builtins.chrome_trace",
+        "chrome_trace": "polyprof.runtime.chrome_trace",
         "stacks": "polyprof_builtins.stacks",
         "itt_export": "polyprof_builtins.itt_export",
-        "parquet_trace": "polyprof_builtins.parquet_trace",
+        "parquet_trace": "polyprof.runtime.parquet_trace",
     }
 )
 

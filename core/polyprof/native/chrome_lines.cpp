@@ -1,4 +1,4 @@
-// polyprof's compiled formatter of Chrome trace lines (polyprof_builtins.chrome_trace).
+// polyprof's compiled formatter of Chrome trace lines (polyprof.runtime.chrome_trace).
 //
 // The exporter describes a chunk of events as a list of segments, each a piece of every row's
 // text: a literal, an int64 column written in decimal (as Python's str(int) writes it), a column

@@ -424,7 +424,7 @@ def _run_bus_loop(ready: concurrent.futures.Future[Any]) -> None:
     that ran the loop on a thread-pool worker before anyio 4.5 and on a daemon thread after, and
     named its root frame differently. Here the thread is a daemon on every anyio release, and its
     root frame is this function, by which the torch tracer tells polyprof's own Python frames
-    from the user's (``polyprof_builtins.torch_cpu``).
+    from the user's (``polyprof.runtime.own_frames``).
     """
 
     async def serve() -> None:

@@ -179,7 +179,7 @@ def export_timeout_s(trace: Trace | None = None) -> float | None:
 def exporter_origin(exporter: Exporter, plugin_manager: Any = None) -> str:
     """How messages name an exporter.
 
-    For example ``'chrome' (polyprof_builtins.chrome_trace.ChromeTraceExporter, plugin 'chrome_trace')``.
+    For example ``'chrome' (polyprof.runtime.chrome_trace.ChromeTraceExporter, plugin 'chrome_trace')``.
     """
     cls = type(exporter)
     name = getattr(exporter, "name", "?")

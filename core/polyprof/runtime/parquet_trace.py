@@ -18,18 +18,19 @@ from typing import Any
 
 import orjson
 
-# The Parquet trace is one of polyprof's own formats, which it reads back (polyprof convert, polyprof
-# report): its columns and the suffix rule are core's, and so is the Chrome text it holds. This
-# exporter is their adapter, as chrome_trace is the Chrome format's (tests/test_plugin_contract.py).
+from polyprof.base.config import ProfileConfig
+from polyprof.base.fileio import check_writable_path
+from polyprof.base.trace import Trace
 from polyprof.formats.columnar import (
     DEFAULT_COMPRESSION,
     check_compression,
     pyarrow_modules,
     write_parquet_trace,
 )
-from polyprof.plugin import Capabilities, Exporter, ProfileConfig, Trace, check_writable_path, hookimpl
+from polyprof.hooks.components import Capabilities, Exporter
+from polyprof.hooks.hookspecs import hookimpl
+from polyprof.runtime.chrome_trace import chrome_trace_bytes
 from polyprof.runtime.exporting import check_export_suffix
-from polyprof_builtins.chrome_trace import chrome_trace_bytes
 
 EXPORTER_NAME = "parquet"
 VALID_OPTIONS = ("compression",)

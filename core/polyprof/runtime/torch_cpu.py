@@ -56,6 +56,7 @@ from polyprof.hooks.components import Capabilities, TraceMetadata, Tracer
 from polyprof.hooks.hookspecs import hookimpl
 from polyprof.hooks.plugin_calls import PluginFailureWarning
 from polyprof.native import native_reader
+from polyprof.runtime import own_frames
 from polyprof.runtime.memory_timeline import keeps_memory_profile
 from polyprof.runtime.result_rows import UNDECODABLE_NAME, ResultRows, safe_text
 from polyprof.runtime.result_rows import accessor as _accessor
@@ -65,7 +66,6 @@ from polyprof.runtime.torch_result import (
     TorchCollectorOwner,
     TorchResultTracer,
 )
-from polyprof_builtins import own_frames
 
 log = get_logger(__name__)
 
@@ -602,7 +602,7 @@ def _host_row_mask(rows: ResultRows, claims: DeviceRowClaims) -> np.ndarray:
 def _own_python_frames(
     kind: np.ndarray, names: tuple, name_idx: np.ndarray, py_id: np.ndarray, py_parent: np.ndarray
 ) -> np.ndarray:
-    """Mask of the Python frames that are polyprof's own (polyprof_builtins.own_frames)."""
+    """Mask of the Python frames that are polyprof's own (polyprof.runtime.own_frames)."""
     python = np.flatnonzero(kind == EventKind.PYTHON_FUNCTION)
     mask = np.zeros(len(kind), dtype=bool)
     mask[python] = own_frames.profiler_frames(python, names, name_idx, py_id, py_parent)

@@ -438,6 +438,7 @@ def test_an_old_module_path_is_the_new_module_with_a_warning_at_the_importing_li
         "not before 2027-03-01"
     )
     assert warning.filename == __file__
+    assert (module is home) == (old not in _compat.MOVED)
     public = getattr(home, "__all__", None) or [n for n in vars(home) if not n.startswith("__")]
     for name in public:
         assert getattr(module, name) is getattr(home, name), name
@@ -494,5 +495,57 @@ def test_an_old_builtin_path_imports_in_a_fresh_interpreter() -> None:
 
 @pytest.mark.parametrize("old", sorted({*_compat.MOVED, "polyprof.tree"}))
 def test_any_other_name_of_an_old_module_is_the_usual_attribute_error(old: str) -> None:
-    with pytest.raises(AttributeError, match=f"^module '{old}' has no attribute 'Nothing'$"):
+    named = old if old in _compat.MOVED else _compat.MOVED_MODULES[old]  # an alias is the module
+    with pytest.raises(AttributeError, match=f"^module '{named}' has no attribute 'Nothing'$"):
         _import_old(old).Nothing  # noqa: B018 - the attribute access is the test
+
+
+def test_an_old_path_without_moved_names_is_the_new_module_itself() -> None:
+    """The same object under both names: pluggy's static look-up and isinstance see what they saw,
+    and the module keeps its own spec (``importlib.reload`` reads it)."""
+    from polyprof.analysis import tree
+
+    old = _import_old("polyprof.tree")
+    assert old is tree and sys.modules["polyprof.tree"] is tree
+    assert tree.__spec__ is not None and tree.__spec__.name == "polyprof.analysis.tree"
+    assert tree.__spec__.origin == tree.__file__
+
+
+def test_an_old_plugin_path_registers_its_hooks() -> None:
+    """A plugin registered by an old path (an entry point not reinstalled) keeps its hooks."""
+    from polyprof.testing import make_plugin_manager_for_tests
+
+    old = _import_old("polyprof_builtins.chrome_trace")
+    manager = make_plugin_manager_for_tests(old)
+    assert manager.hook.polyprof_make_exporter.get_hookimpls(), "no hook found on the old path"
+
+
+def test_an_old_module_read_as_an_attribute_of_the_package_resolves_and_warns_here() -> None:
+    """0.2.0's ``import polyprof`` loaded ``polyprof.config``: ``polyprof.config.X`` still works."""
+    from polyprof.base.config import ProfileArgumentError
+
+    sys.modules.pop("polyprof.config", None)
+    vars(polyprof).pop("config", None)
+    with pytest.warns(PolyprofDeprecationWarning, match="polyprof.config has moved") as record:
+        error = polyprof.config.ProfileArgumentError
+    assert error is ProfileArgumentError
+    assert (record[0].filename, record[0].lineno) == (
+        __file__,
+        _line_of("error = polyprof.config.ProfileArgumentError"),
+    )
+    with pytest.raises(AttributeError, match="no attribute 'no_such_module'"):
+        polyprof.no_such_module  # noqa: B018 - the attribute access is the test
+
+
+def test_nested_patches_through_a_stand_in_unwind_in_order() -> None:
+    """unittest.mock on an old path with moved names (a stand-in): each exit restores its own."""
+    from unittest import mock
+
+    from polyprof.hooks import registry
+
+    original = registry.make_plugin_manager
+    with mock.patch("polyprof.registry.make_plugin_manager", "A"):
+        with mock.patch("polyprof.registry.make_plugin_manager", "B"):
+            assert registry.make_plugin_manager == "B"
+        assert registry.make_plugin_manager == "A"
+    assert registry.make_plugin_manager is original

@@ -10,6 +10,7 @@ entry-point group. ``import polyprof`` does not import torch.
 from polyprof import _compat, itt, legacy
 from polyprof._version import __version__
 from polyprof.base.activity import ProfilerActivity
+from polyprof.base.config import ProfileArgumentError
 from polyprof.base.errors import (
     ActivityUnavailableError,
     PluginLoadError,
@@ -19,22 +20,29 @@ from polyprof.base.errors import (
     PolyprofWarning,
     ProfilerDisabledError,
 )
+from polyprof.base.user_warnings import ActivityUnavailableWarning, ProfilerStoppedOutsideWarning
 from polyprof.frontends.itt import emit_itt
-from polyprof.frontends.profiler import profile, tensorboard_trace_handler
+from polyprof.frontends.profiler import ProfilerNotStartedError, profile, tensorboard_trace_handler
 from polyprof.frontends.record import record_function
-from polyprof.frontends.schedule import ProfilerAction, schedule
+from polyprof.frontends.schedule import InvalidScheduleError, ProfilerAction, schedule
 from polyprof.hooks.hookspecs import hookimpl, hookspec
+from polyprof.runtime.exporting import ExportTimeoutError
+from polyprof.runtime.recording import RecordingInProgressError
 
 # The old module paths (polyprof.tree, ...) resolve from here on, each with a deprecation warning.
 _compat.install()
 
 
 def __getattr__(name: str):
+    import importlib
+
     # polyprof.shim needs torch; load it on first use so ``import polyprof`` stays torch-free.
     if name == "shim":
-        import importlib
-
         return importlib.import_module("polyprof.shim")
+    # ``polyprof.config.ProfileArgumentError`` and the like, after a bare ``import polyprof``: 0.2.0's
+    # ``import polyprof`` loaded those modules, so the old attribute paths still resolve (and warn).
+    if f"polyprof.{name}" in _compat.MOVED_MODULES:
+        return importlib.import_module(f"polyprof.{name}")
     raise AttributeError(f"module 'polyprof' has no attribute {name!r}")
 
 
@@ -52,14 +60,21 @@ def supported_activities() -> set[ProfilerActivity]:
 
 __all__ = [
     "ActivityUnavailableError",
+    "ActivityUnavailableWarning",
+    "ExportTimeoutError",
+    "InvalidScheduleError",
     "PluginLoadError",
     "PluginUnavailable",
     "PolyprofDeprecationWarning",
     "PolyprofError",
     "PolyprofWarning",
+    "ProfileArgumentError",
     "ProfilerAction",
     "ProfilerActivity",
     "ProfilerDisabledError",
+    "ProfilerNotStartedError",
+    "ProfilerStoppedOutsideWarning",
+    "RecordingInProgressError",
     "__version__",
     "emit_itt",
     "hookimpl",

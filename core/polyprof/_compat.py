@@ -5,10 +5,11 @@ Every name has one home. Two tables list the paths that moved:
 - ``MOVED_MODULES``: the modules that moved into the layer subpackages (``polyprof.tree`` is now
   ``polyprof.analysis.tree``), and the essential built-in plugins that moved into the core
   (``polyprof_builtins.torch_cpu`` is now ``polyprof.runtime.torch_cpu``). Importing an old path
-  warns once with a ``PolyprofDeprecationWarning`` naming the new one, and gives a stand-in module
-  that reads (and sets) every name in the new one.
-- ``MOVED``: names that left their module for another one; reading such a name from the old
-  module path warns, naming its new home, and gives the object.
+  warns once with a ``PolyprofDeprecationWarning`` naming the new one, and gives the new module
+  itself (the same object under both names).
+- ``MOVED``: names that left their module for another one; such an old module path gives a
+  stand-in that reads (and sets) the new module's names, and reading a moved name there warns,
+  naming its new home, and gives the object.
 
 ``install()`` (called by ``polyprof/__init__``, so before any ``polyprof.*`` import) puts the finder
 for these paths at the end of ``sys.meta_path``: it answers only for a path no real module has.
@@ -28,6 +29,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import types
 import warnings
@@ -235,19 +237,21 @@ class OldModulePath(types.ModuleType):
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Module attributes the import system sets stay on the stand-in; a patch of a name reaches
-        # the module that reads it, and the value it replaced is kept for ``__delattr__``.
+        # the module that reads it, and the value it replaced is stacked for ``__delattr__``.
         if name.startswith("__") and name.endswith("__"):
             super().__setattr__(name, value)
             return
         new = importlib.import_module(MOVED_MODULES[self.__name__])
-        self.__dict__.setdefault("__replaced__", {}).setdefault(name, vars(new).get(name, _ABSENT))
+        self.__dict__.setdefault("__replaced__", {}).setdefault(name, []).append(vars(new).get(name, _ABSENT))
         setattr(new, name, value)
 
     def __delattr__(self, name: str) -> None:
-        # Undoing a patch made through the old path (pytest's monkeypatch deletes what it set on a
-        # module's own namespace) puts back the value the patch replaced.
+        # Undoing a patch made through the old path (pytest's monkeypatch and unittest.mock delete
+        # a name they set that was not in the module's own namespace) puts back the value that
+        # patch replaced; nested patches unwind in order.
         new = importlib.import_module(MOVED_MODULES[self.__name__])
-        replaced = self.__dict__.get("__replaced__", {}).pop(name, _ABSENT)
+        stack = self.__dict__.get("__replaced__", {}).get(name)
+        replaced = stack.pop() if stack else _ABSENT
         if replaced is _ABSENT:
             delattr(new, name)
         else:
@@ -259,7 +263,16 @@ class OldModulePath(types.ModuleType):
 
 
 class _OldPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds the old module paths (``MOVED_MODULES``) that no real module answers for."""
+    """Finds the old module paths (``MOVED_MODULES``) that no real module answers for.
+
+    An old path is the new module itself (``sys.modules`` holds the one object under both names, so
+    pluggy, ``isinstance``, ``importlib.reload`` and patches see what they saw before), except the
+    paths ``MOVED`` lists names for: those get an ``OldModulePath`` stand-in, which warns by name.
+    """
+
+    def __init__(self) -> None:
+        #: The new module's own spec, put back after the import system has set the old path's.
+        self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
@@ -269,18 +282,33 @@ class _OldPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        return OldModulePath(spec.name)
+        if spec.name in MOVED:
+            return OldModulePath(spec.name)
+        module = importlib.import_module(MOVED_MODULES[spec.name])
+        self._specs[spec.name] = module.__spec__  # the import lock of spec.name guards this entry
+        return module
 
     def exec_module(self, module: types.ModuleType) -> None:
-        importlib.import_module(MOVED_MODULES[module.__name__])  # an import error shows here
-        _warn_at_importer(module_message(module.__name__))
+        old = module.__spec__.name if module.__spec__ is not None else module.__name__
+        if isinstance(module, OldModulePath):
+            importlib.import_module(MOVED_MODULES[old])  # an import error shows here
+        else:
+            module.__spec__ = self._specs.pop(old)
+        _warn_at_importer(module_message(old))
+
+
+#: Frames between the line that imports an old path and the warning: the import system's, this
+#: module's and the package's (``polyprof.tree`` read as an attribute of ``polyprof``).
+_IMPORT_FILES: Final = frozenset(
+    {__file__, importlib.__file__, os.path.join(os.path.dirname(__file__), "__init__.py")}
+)
 
 
 def _warn_at_importer(message: str) -> None:
     """Warn at the line that imported the old path: the first frame outside the import system."""
     frame = sys._getframe(1)
     while frame.f_back is not None and (
-        frame.f_code.co_filename == __file__ or "importlib" in frame.f_code.co_filename
+        frame.f_code.co_filename in _IMPORT_FILES or frame.f_code.co_filename.startswith("<frozen importlib")
     ):
         frame = frame.f_back
     namespace = frame.f_globals

@@ -68,12 +68,11 @@ from polyprof.base.kineto_format import (
 )
 from polyprof.base.log import Logger, get_logger
 from polyprof.base.torch_support import TorchBuild, TorchFeatures, installed
-from polyprof.base.trace import Trace
+from polyprof.base.trace import JsonValue, Trace
 from polyprof.base.user_warnings import ActivityUnavailableWarning, user_stacklevel, warn_activity_unavailable
 from polyprof.hooks.components import (
     Capabilities,
     Exporter,
-    JsonValue,
     Outbox,
     Subscriber,
     TraceMetadata,

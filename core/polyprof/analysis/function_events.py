@@ -780,7 +780,7 @@ class FunctionEventAvg(FormattedTimesMixin):
     def cpu_children(self, value: Any) -> None:
         self._cpu_children = value
 
-    def add(self, other: Any) -> FunctionEventAvg:
+    def add(self, other: FunctionEvent | FunctionEventAvg) -> FunctionEventAvg:
         """Add one ``FunctionEvent`` (or ``FunctionEventAvg``) with the same key."""
         missing = [name for name in ("key", *AVERAGE_SUMS, "flops") if not hasattr(other, name)]
         if missing:

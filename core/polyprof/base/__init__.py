@@ -1,7 +1,9 @@
 """Layer 1, the base: the vocabulary every other layer speaks.
 
 What lives here: the device table and activities (``activity``), the profiling options
-(``config``), every public error and warning (``errors``), columnar event batches (``events``),
+(``config``), polyprof's base errors and warnings (``errors``: ``PolyprofError``, ``PolyprofWarning``
+and those every layer raises; an error of one layer lives with it, and those users catch are
+exported from ``polyprof``), columnar event batches (``events``),
 a recording's ``Trace`` (``trace``), structlog loggers (``log``), warnings aimed at the user's
 line (``user_warnings``), Kineto's trace vocabulary (``kineto_format``), the time attribution
 rules (``attribution``), atomic file writes (``fileio``), what the installed torch can do

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TypeAlias
 
 import attrs
 
 from polyprof.base.config import ProfileConfig
 from polyprof.base.events import EventBatch
+
+#: A JSON value as ``json.loads`` gives it (read-only containers, so a ``dict[str, int]`` is one).
+JsonValue: TypeAlias = "bool | int | float | str | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
 
 #: ProfileConfig flags torch writes as top-level trace metadata (``1`` when set), in torch's order.
 CONFIG_FLAG_KEYS = ("profile_memory", "with_stack", "record_shapes", "with_modules", "with_flops")
@@ -42,6 +45,6 @@ class Trace:
     #: Top-level trace metadata (``add_metadata``): key -> raw JSON text of the value.
     metadata_json: Mapping[str, str] = attrs.field(factory=dict)
     #: Kineto ``deviceProperties`` entries (dicts), one per device seen.
-    device_properties: tuple[Mapping[str, Any], ...] = ()
+    device_properties: tuple[Mapping[str, JsonValue], ...] = ()
     #: Per-tracer notes for the user (e.g. "cuda: 12 records dropped by CUPTI").
     notes: tuple[str, ...] = ()

@@ -19,20 +19,17 @@ import abc
 import queue
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import attrs
 
 from polyprof.base.activity import ProfilerActivity
+from polyprof.base.trace import JsonValue
 
 if TYPE_CHECKING:
     from polyprof.base.config import ProfileConfig
     from polyprof.base.events import EventBatch
     from polyprof.base.trace import Trace
-
-
-#: A JSON value as ``json.loads`` gives it (read-only containers, so a ``dict[str, int]`` is one).
-JsonValue: TypeAlias = "bool | int | float | str | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
 
 
 class TraceMetadata(TypedDict, total=False):
@@ -233,7 +230,6 @@ def check_component(obj: Any, kind: type, plugin: str) -> Any:
 __all__ = [
     "Capabilities",
     "Exporter",
-    "JsonValue",
     "Outbox",
     "Subscriber",
     "TraceMetadata",

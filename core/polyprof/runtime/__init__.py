@@ -1,4 +1,4 @@
-"""Layer 6, the runtime: what runs while a recording is in progress.
+"""Layer 6, the runtime: what records, and what writes a recording out.
 
 What lives here: the anyio event bus that pulls from the tracers (``bus``), a recording's
 session (``session``), the one-recording-at-a-time gate (``recording``), exporting through the

@@ -24,9 +24,9 @@ from polyprof.base.config import ProfileConfig
 from polyprof.base.errors import PolyprofError
 from polyprof.base.events import EventBatch, concat
 from polyprof.base.log import get_logger
-from polyprof.base.trace import Trace
+from polyprof.base.trace import JsonValue, Trace
 from polyprof.hooks import activity_resolution
-from polyprof.hooks.components import Exporter, JsonValue, Subscriber, Tracer
+from polyprof.hooks.components import Exporter, Subscriber, Tracer
 from polyprof.hooks.plugin_calls import HookFailure, PluginFailureWarning
 from polyprof.hooks.registry import PolyprofPluginManager
 from polyprof.runtime.bus import BusStatistics, EventBus, Sink

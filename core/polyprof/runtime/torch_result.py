@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from polyprof.base.activity import device_for_use_device
+from polyprof.base.activity import ProfilerActivity, device_for_use_device
 from polyprof.base.events import DeviceType, EventBatch, EventKind
 from polyprof.base.kineto_format import CATEGORY_BY_KIND, DEVICE_KINDS, FLOW_AC2G, HOST_CATEGORIES
 from polyprof.hooks.components import Tracer
@@ -140,7 +140,7 @@ class TorchResultTracer(Tracer):
         """Before the owner stops the collector (user's thread); the owner closes the outbox."""
         self.before_collector_stops()
 
-    def toggle_collection(self, enable: bool, activities: frozenset[Any]) -> None:
+    def toggle_collection(self, enable: bool, activities: frozenset[ProfilerActivity]) -> None:
         """Pause or resume this tracer's activities in torch's collector (through its owner)."""
         names = {activity.name for activity in self.activities & activities}
         if names and self._owner is not None:
@@ -155,7 +155,7 @@ class TorchResultTracer(Tracer):
         self.outbox.close()
 
     @abc.abstractmethod
-    def decode(self, item: CollectorResult) -> list[Any]:
+    def decode(self, item: CollectorResult) -> list[EventBatch]:
         """The event batches of this tracer's rows of ``item`` (its own bus task)."""
 
 

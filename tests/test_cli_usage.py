@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from polyprof import cli
-from polyprof.base.errors import EXIT_INTERRUPTED, EXIT_USAGE, PolyprofError
+from polyprof.base.errors import EXIT_INTERRUPTED, EXIT_SLOWER, EXIT_USAGE, PolyprofError
 from polyprof.base.fileio import OutputDirectoryMissing
 from polyprof.cli import cli_convert, cli_merge, cli_report, cli_run
 from report_cli import CliResult
@@ -97,6 +97,7 @@ def no_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
 COMMAND_LINES = {
     "plugins": ["plugins"],
     "report": ["report", "trace.json"],
+    "diff": ["diff", "a.json", "b.json"],
     "convert": ["convert", "a.json", "b.parquet"],
     "merge": ["merge", "traces", "-o", "merged.json"],
     "run": ["run", "train.py"],
@@ -456,7 +457,11 @@ def test_the_exit_statuses_are_defined_once() -> None:
         for path in (CORE / "polyprof").rglob("*.py")
     }
     assert {name: found for name, found in defined.items() if found} == {
-        "errors.py": [("EXIT_USAGE", str(EXIT_USAGE)), ("EXIT_INTERRUPTED", str(EXIT_INTERRUPTED))]
+        "errors.py": [
+            ("EXIT_USAGE", str(EXIT_USAGE)),
+            ("EXIT_SLOWER", str(EXIT_SLOWER)),
+            ("EXIT_INTERRUPTED", str(EXIT_INTERRUPTED)),
+        ]
     }
 
 

@@ -41,5 +41,8 @@ class ProfilerDisabledError(PolyprofError, RuntimeError):
 
 #: Exit status of a usage error (argparse's), and of an input or output a command refuses.
 EXIT_USAGE = 2
+#: Exit status of ``polyprof diff --fail-if-slower`` when the candidate is slower past the threshold and
+#: the noise: distinct from a usage error (2), so that a CI job tells a regression from a broken call.
+EXIT_SLOWER = 3
 #: Exit status after Ctrl-C: 128 + SIGINT, as a shell reports a command that SIGINT ended.
 EXIT_INTERRUPTED = 130

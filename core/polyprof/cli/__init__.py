@@ -2,9 +2,9 @@
 
 What lives in this folder: the parser and subcommand table (here), ``polyprof run``
 (``cli_run``, ``run_options``, ``run_target`` and ``whole_script``, which profiles a whole script),
-``polyprof report`` (``cli_report``), ``polyprof convert`` (``cli_convert``) and ``polyprof merge``
-(``cli_merge``). May import: every layer below, never ``polyprof`` itself (the package imports no
-command, and a command imports the frontends it runs).
+``polyprof report`` (``cli_report``), ``polyprof diff`` (``cli_diff``), ``polyprof convert``
+(``cli_convert``) and ``polyprof merge`` (``cli_merge``). May import: every layer below, never
+``polyprof`` itself (the package imports no command, and a command imports the frontends it runs).
 
 Each subcommand is a function that adds its parser to the subparsers and sets
 ``handler`` (``args -> exit code``) as a default; ``SUBCOMMANDS`` lists them.
@@ -36,6 +36,7 @@ from polyprof.base.fileio import OutputPathError
 from polyprof.base.log import get_logger
 from polyprof.base.terminal import terminal_safe
 from polyprof.cli.cli_convert import add_convert_command
+from polyprof.cli.cli_diff import add_diff_command
 from polyprof.cli.cli_merge import add_merge_command
 from polyprof.cli.cli_report import add_report_command
 from polyprof.cli.cli_run import add_run_command
@@ -260,6 +261,7 @@ def run_kineto_reader_command(args: argparse.Namespace) -> int:
 SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_plugins_command,
     add_report_command,
+    add_diff_command,
     add_convert_command,
     add_merge_command,
     add_run_command,

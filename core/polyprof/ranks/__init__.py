@@ -2,9 +2,9 @@
 
 What lives in this folder: finding and checking a run's traces (``rank_set``), the per-rank rows
 by DuckDB (``rank_analysis``) or Ray (``rank_ray``), the statistics across ranks and their text,
-JSON (``rank_report``) and HTML (``rank_report_html``) forms, and merging ranks' traces into one
-(``merge``). May import: ``polyprof.base``, ``polyprof.formats``, ``polyprof.analysis`` and this
-folder.
+JSON (``rank_report``) and HTML (``rank_report_html``) forms, merging ranks' traces into one
+(``merge``), and two runs compared from the same per-rank rows, with a gate for CI (``diff``).
+May import: ``polyprof.base``, ``polyprof.formats``, ``polyprof.analysis`` and this folder.
 
     from polyprof.ranks import analyse_run
     report = analyse_run(["traces/"])                      # DuckDB, on this machine

@@ -167,7 +167,7 @@ def test_text_output_sorts_and_limits(real: Path, capsys) -> None:
     assert cli_main(["diff", *args, "--sort-by", "name", "--row-limit", "2"]) == 0
     out = capsys.readouterr().out
     assert "Median step time (ProfilerStep#N):" in out and "all ranks  slower" in out
-    assert "Ops (CPU), self time, by name (2 of 6):" in out
+    assert "Ops (CPU), self time per step (over 6 and 6 steps), by name (2 of 6):" in out
     table = out.split("by name (2 of 6)")[1].splitlines()
     names = [line.split()[0] for line in table[4:6]]
     assert names == sorted(names) == ["ProfilerStep*", "aten::clamp_min"]
@@ -206,11 +206,13 @@ def test_counts_and_durations_are_htas(real: Path, tmp_path: Path, monkeypatch) 
     theirs = theirs.rename(index=lambda n: "ProfilerStep*" if n.startswith("ProfilerStep#") else n)
     theirs = theirs.groupby(level=0).sum()
     assert set(theirs.index) == set(rows)
+    assert ours.per_step and ours.steps is not None  # times per step: the traces' totals over the steps
+    steps = {"baseline": ours.steps.baseline_steps, "candidate": ours.steps.candidate_steps}
     for name, row in theirs.iterrows():
         mine = rows[name]
         for side, prefix in (("baseline", "control"), ("candidate", "test")):
             calls = getattr(mine, f"{side}_calls") or 0
-            total = getattr(mine, f"{side}_total_us") or 0.0
+            total = (getattr(mine, f"{side}_total_us") or 0.0) * steps[side]
             assert calls == row[f"{prefix}_counts"], (name, side)
             assert math.isclose(total, row[f"{prefix}_total_duration"], abs_tol=1e-6 * (calls + 1)), (
                 name,
@@ -255,10 +257,13 @@ def test_cpu_only_against_kernels_compares_the_ops_only(tmp_path: Path, capsys) 
     assert data["kernels"] == [] and [r["name"] for r in data["ops"]] == ["ProfilerStep*", "aten::add"]
     assert data["notes"] == [
         (
-            "the candidate has device activity (GPU kernels, memcpy, memset), the baseline has none (a "
-            "CPU-only profile?): kernels not compared, only CPU ops"
+            "kernels: the candidate has device activity (GPU kernels, memcpy, memset), the baseline has "
+            "none (a CPU-only profile?); only CPU ops are compared"
         )
     ]
+    # a kernel named for the gate is in the candidate: the gate says why it cannot judge it
+    assert cli_main(["diff", base, cand, "--fail-if-slower", "5%", "--only", "gemm"]) == EXIT_USAGE
+    assert "kernels were not compared: the candidate has device activity" in capsys.readouterr().err
     code, data, _ = run_json(capsys, cand, cand)
     assert [(r["name"], r["category"], r["status"]) for r in data["kernels"]] == [
         ("gemm", "kernel", UNCHANGED)
@@ -273,7 +278,7 @@ def test_different_world_sizes_compare_the_common_ranks(tmp_path: Path, capsys) 
     code, data, err = run_json(capsys, str(tmp_path / "two"), str(tmp_path / "four"))
     assert code == 0, err
     assert data["ranks_compared"] == [0, 1]
-    assert data["notes"] == ["ranks 2, 3 of the candidate (4 ranks; the baseline has 2): not compared"]
+    assert data["notes"] == ["ranks 2, 3 of the candidate (4 ranks; the baseline has 2) not compared"]
     per_rank = {s["rank"]: s["status"] for s in data["rank_steps"]}
     assert per_rank == {0: UNCHANGED, 1: SLOWER}
     # a step of the run lasts as long as its slowest rank: rank 1's 1.5 ms
@@ -436,3 +441,72 @@ def test_the_gate_fails_past_the_limit_and_the_noise_only() -> None:
     diff = compare_sides(side("baseline", {}, noisy, {}), side("candidate", {}, [v * 1.2 for v in noisy], {}),
                          DiffRule())  # fmt: skip
     assert gate(diff, 0.05).failed is False and "within 5% or the noise" in gate(diff, 0.05).reasons[0]
+
+
+# ------------------------------------------------------------------ found in review
+
+
+def test_a_reader_that_leaves_early_does_not_turn_a_failed_gate_into_a_pass(tmp_path: Path) -> None:
+    """``polyprof diff ... --fail-if-slower 5% | head -1`` in CI: the status is the gate's."""
+    base = write(tmp_path / "b.json", kineto(None, 1, [1000.0, 1001.0, 999.0, 1000.0]))
+    cand = write(tmp_path / "c.json", kineto(None, 1, [1300.0, 1301.0, 1299.0, 1300.0]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "polyprof", "diff", base, cand, "--fail-if-slower", "5%", "--row-limit", "-1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line: every write to stdout fails
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == EXIT_SLOWER
+
+
+def test_op_times_are_per_step_so_a_longer_recording_is_no_change(tmp_path: Path, capsys) -> None:
+    """The same code, 3 steps against 6: the traces' totals double, the times per step do not."""
+    base = write(tmp_path / "short.json", kineto(None, 1, [1000.0] * 3))
+    cand = write(tmp_path / "long.json", kineto(None, 1, [1000.0] * 6))
+    code, data, err = run_json(capsys, base, cand, "--fail-if-slower", "5%", "--only", "aten::add")
+    assert code == 0, err
+    add = next(r for r in data["ops"] if r["name"] == "aten::add")
+    assert (add["baseline_us"], add["candidate_us"], add["status"]) == (500.0, 500.0, UNCHANGED)
+    assert (add["baseline_calls"], add["candidate_calls"]) == (3, 6)
+    assert cli_main(["diff", base, cand]) == 0
+    assert "Ops (CPU), self time per step (over 3 and 6 steps)" in capsys.readouterr().out
+
+
+def test_a_regression_larger_than_the_noise_of_a_median_fails_the_gate() -> None:
+    """Steps that jitter +-10% hide no 25% regression: the noise is the error of the medians' difference."""
+    jitter = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0, 1.08, 0.92, 1.02, 0.98]
+    base = [1000.0 * j for j in jitter]
+    diff = compare_sides(
+        side("baseline", {}, base, {}), side("candidate", {}, [v * 1.25 for v in base], {}), DiffRule()
+    )
+    assert diff.steps is not None and diff.steps.status == SLOWER
+    assert gate(diff, 0.05).failed is True
+    faster = compare_sides(
+        side("baseline", {}, [v * 1.25 for v in base], {}), side("candidate", {}, base, {}), DiffRule()
+    )
+    assert gate(faster, 0.05).reasons[0].endswith(": not slower")
+
+
+def test_an_added_op_fails_the_gate_only_past_the_time_floor() -> None:
+    steps = [1000.0, 1000.0]
+    tiny = compare_sides(
+        side("baseline", {}, steps, {}), side("candidate", {"aten::tiny": 10.0}, steps, {}), DiffRule()
+    )
+    verdict = gate(tiny, 0.05, ["aten::tiny"])
+    assert verdict.failed is False and "new in the candidate, within" in verdict.reasons[0]
+    large = compare_sides(
+        side("baseline", {}, steps, {}), side("candidate", {"aten::big": 500.0}, steps, {}), DiffRule()
+    )
+    assert gate(large, 0.05, ["aten::big"]).failed is True
+
+
+def test_the_same_traces_on_both_sides_and_an_unknown_only_name_are_said(tmp_path: Path, capsys) -> None:
+    trace = write(tmp_path / "t.json", kineto(None, 1, [1000.0] * 3))
+    code, data, _ = run_json(capsys, trace, trace, "--only", "aten::nope")
+    assert code == 0
+    assert data["notes"] == [
+        "the baseline and the candidate are the same traces: every row compares with itself",
+        "--only names no op or kernel of either side: aten::nope",
+    ]

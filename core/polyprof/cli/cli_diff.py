@@ -18,6 +18,8 @@ a side and no ``--only``, or an ``--only`` name on neither side; the comparison 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import sys
 from typing import Any
@@ -132,7 +134,7 @@ def add_diff_command(subparsers: Any) -> None:
         metavar="K",
         type=_non_negative,
         default=DEFAULT_NOISE_FACTOR,
-        help=f"a step-time change must exceed K robust spreads (MAD) of the step times (default "
+        help=f"a change must exceed K standard errors of the difference of median step times (default "
         f"{DEFAULT_NOISE_FACTOR:g})",
     )
     parser.add_argument(
@@ -187,6 +189,28 @@ def run_diff_command(args: argparse.Namespace) -> int:
             verdict = gate(diff, args.fail_if_slower, args.only)
         except GateError as exc:
             problem = str(exc)
+    elif args.only:
+        unknown = sorted(set(args.only) - {r.name for r in diff.rows()})
+        if unknown:
+            diff = attrs.evolve(
+                diff,
+                notes=(*diff.notes, "--only names no op or kernel of either side: " + ", ".join(unknown)),
+            )
+    # The exit status is settled before anything is written: a reader that leaves early (`| head`)
+    # must not turn a failed gate into a pass.
+    status = EXIT_USAGE if problem is not None else EXIT_SLOWER if verdict and verdict.failed else 0
+    try:
+        _write(args, diff, verdict, problem)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(devnull, stream.fileno())  # so the interpreter's final flush does not fail again
+    return status
+
+
+def _write(args: argparse.Namespace, diff: RunDiff, verdict: GateResult | None, problem: str | None) -> None:
+    """The comparison on stdout; the gate's verdict, or why it could not judge, on stderr."""
     shown = _only(diff, args.only)
     if args.json:
         data = diff_json(shown, sort_by=args.sort_by, row_limit=args.row_limit)
@@ -203,13 +227,11 @@ def run_diff_command(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     if problem is not None:
         print(f"{_PROG}: error: {terminal_safe(problem)}", file=sys.stderr)
-        return EXIT_USAGE
-    if verdict is None:
-        return 0
-    word = "FAILED" if verdict.failed else "passed"
-    for reason in verdict.reasons:
-        print(f"{_PROG}: gate {word}: {reason}", file=sys.stderr)
-    return EXIT_SLOWER if verdict.failed else 0
+    elif verdict is not None:
+        word = "FAILED" if verdict.failed else "passed"
+        for reason in verdict.reasons:
+            print(f"{_PROG}: gate {word}: {reason}", file=sys.stderr)
+    sys.stderr.flush()
 
 
 def _only(diff: RunDiff, names: list[str]) -> RunDiff:

@@ -34,20 +34,23 @@ on both sides, with baseline time ``b`` and candidate time ``c``, is **slower** 
 * the noise of the row, ``noise_us``; otherwise it is **unchanged**.
 
 For **step times**, which come one per step, the noise is ``k`` (``--noise-factor``, default 3) times
-the larger of the two sides' robust spreads, each the median absolute deviation of that side's step
-times scaled by 1.4826 (the standard deviation, for normally distributed times). Medians and MADs
-ignore a few outlying steps (a warm-up step, a pause of the machine). With one step on a side, its
-spread is 0 and only the relative threshold applies. The spread is that of the steps within each
-run: a shift of a whole run (another job taking the CPU while it ran, another clock speed) is not
-noise the rule can see, and counts as a change; compare runs made on the same kind of machine under
-the same load.
+the standard error of the difference of the two medians, ``1.2533 * sqrt(s_b**2 / n_b + s_c**2 /
+n_c)``: ``n`` a side's number of steps, ``s`` its robust spread, the median absolute deviation of its
+step times scaled by 1.4826 (the standard deviation, for normally distributed times; 1.2533 s /
+sqrt(n) is a median's standard error). Medians and MADs ignore a few outlying steps (a warm-up step,
+a pause of the machine), and more steps judge more finely (ten steps that jitter by +-10% show a 25%
+regression). With one step on a side, its spread is 0 and only the relative threshold applies. The
+spread is that of the steps within each run: a shift of a whole run (another job taking the CPU
+while it ran, another clock speed) is not noise the rule can see, and counts as a change; compare
+runs made on the same kind of machine under the same load.
 
-**Ops and kernels** are totals over the run: there is no per-step value to take a spread of. Their
-noise is an absolute floor, ``--min-time`` (default 20 µs of change), and, when both sides have
-steps, the steps' relative noise applied to the row: ``noise_us = max(min_time, step_noise_us /
-min(median_b, median_c) * min(b, c))``. A row cannot be judged more finely than the whole step it
-runs in. Totals are over the whole trace: when the sides have different numbers of steps, a note
-says so, and the totals differ by that alone.
+**Ops and kernels** have no per-step value to take a spread of. When both sides have steps their
+times are per step (each side's totals over its own number of steps, so that 12 steps compare with
+6), and their noise is the larger of an absolute floor, ``--min-time`` (default 20 µs of change), and
+the steps' noise relative to a step applied to the row: ``k * 1.2533 * sqrt((s_b / m_b)**2 / n_b +
+(s_c / m_c)**2 / n_c) * min(b, c)``, ``m`` a side's median step time. A row cannot be judged more
+finely than the whole step it runs in. Without steps on both sides they are the traces' totals,
+judged against the floor alone.
 
 The gate
 --------
@@ -55,12 +58,14 @@ The gate
 ``gate(diff, limit, only)`` is ``--fail-if-slower``: without names, it fails when the median step
 time is slower by more than ``limit`` (``c > (1 + limit) b``) and by more than the steps' noise; it
 cannot judge without steps on both sides (``GateError``). With names (``--only``), it fails when one
-of the named ops or kernels is slower so (its ``noise_us``), or is new in the candidate; a name
-found on neither side is a ``GateError`` (a typo would otherwise pass every build).
+of the named ops or kernels is slower so (its ``noise_us``), or is new in the candidate with more
+than ``min_time_us``; a name found on neither side is a ``GateError`` (a typo would otherwise pass
+every build).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from collections import defaultdict
@@ -77,12 +82,14 @@ from polyprof.ranks.rank_set import NoTracesError, RankSet, Skipped, collect_ran
 
 #: ``--threshold``: a change smaller than this share of the smaller time is no change.
 DEFAULT_THRESHOLD = 0.05
-#: ``--noise-factor``: a step-time change must exceed this many robust spreads.
+#: ``--noise-factor``: a change must exceed this many standard errors of the medians' difference.
 DEFAULT_NOISE_FACTOR = 3.0
 #: ``--min-time``: an op's or kernel's change must exceed this many µs.
 DEFAULT_MIN_TIME_US = 20.0
 #: The MAD times this is the standard deviation of normally distributed values.
 MAD_SCALE = 1.4826
+#: The standard error of a median of n normally distributed values is this times sd / sqrt(n).
+MEDIAN_SE_SCALE = 1.2533
 
 ADDED, REMOVED, SLOWER, FASTER, UNCHANGED = "added", "removed", "slower", "faster", "unchanged"
 STATUSES = (SLOWER, FASTER, ADDED, REMOVED, UNCHANGED)
@@ -217,6 +224,11 @@ class RunDiff:
     rank_steps: tuple[StepDiff, ...]
     #: What was not compared, and why.
     notes: tuple[str, ...]
+    #: Op and kernel times are per step (each side's totals over its number of steps): both sides
+    #: have steps. Otherwise they are the traces' totals.
+    per_step: bool = False
+    #: Why kernels were not compared (one side has device activity, the other none); None if they were.
+    kernels_left_out: str | None = None
 
     def rows(self) -> tuple[RowDiff, ...]:
         return self.ops + self.kernels
@@ -289,21 +301,33 @@ def diff_runs(
 # ------------------------------------------------------------------ comparing
 
 
-def _sum_ops(rows: RankRows, ranks: frozenset[int]) -> dict[tuple[str, str], tuple[int, float, float]]:
-    out: dict[tuple[str, str], tuple[int, float, float]] = {}
+@attrs.frozen
+class _Sums:
+    """One op's or kernel's sums over the compared ranks: the time it is judged on (self time for an
+    op, duration for a kernel) and its total time."""
+
+    calls: int = 0
+    time_us: float = 0.0
+    total_us: float = 0.0
+
+    def plus(self, calls: int, time_us: float, total_us: float) -> _Sums:
+        return _Sums(self.calls + calls, self.time_us + time_us, self.total_us + total_us)
+
+
+def _sum_ops(rows: RankRows, ranks: frozenset[int]) -> dict[tuple[str, str], _Sums]:
+    out: dict[tuple[str, str], _Sums] = {}
     for op in rows.ops:
         if op.rank in ranks:
-            calls, self_us, total_us = out.get((op.name, ""), (0, 0.0, 0.0))
-            out[(op.name, "")] = (calls + op.calls, self_us + op.self_us, total_us + op.total_us)
+            out[(op.name, "")] = out.get((op.name, ""), _Sums()).plus(op.calls, op.self_us, op.total_us)
     return out
 
 
-def _sum_kernels(rows: RankRows, ranks: frozenset[int]) -> dict[tuple[str, str], tuple[int, float, float]]:
-    out: dict[tuple[str, str], tuple[int, float, float]] = {}
+def _sum_kernels(rows: RankRows, ranks: frozenset[int]) -> dict[tuple[str, str], _Sums]:
+    out: dict[tuple[str, str], _Sums] = {}
     for k in rows.kernels:
         if k.rank in ranks:
-            calls, total_us, _ = out.get((k.name, k.category), (0, 0.0, 0.0))
-            out[(k.name, k.category)] = (calls + k.calls, total_us + k.total_us, total_us + k.total_us)
+            key = (k.name, k.category)
+            out[key] = out.get(key, _Sums()).plus(k.calls, k.total_us, k.total_us)
     return out
 
 
@@ -326,13 +350,19 @@ def run_step_times(by_rank: dict[int, dict[int, float]]) -> list[float]:
     return [longest[s] for s in sorted(longest)]
 
 
+def median_difference_error(spread_b: float, n_b: int, spread_c: float, n_c: int) -> float:
+    """The standard error of the difference of two sides' medians, from each side's robust spread
+    and number of steps (each median's error is ``MEDIAN_SE_SCALE * spread / sqrt(n)``)."""
+    return MEDIAN_SE_SCALE * math.sqrt(spread_b**2 / n_b + spread_c**2 / n_c)
+
+
 def step_diff(
     rank: int | None, baseline: Sequence[float], candidate: Sequence[float], rule: DiffRule
 ) -> StepDiff:
     """The step-time comparison of two non-empty lists of step durations (µs)."""
     spread_b, spread_c = robust_spread(baseline), robust_spread(candidate)
     median_b, median_c = statistics.median(baseline), statistics.median(candidate)
-    noise = rule.noise_factor * max(spread_b, spread_c)
+    noise = rule.noise_factor * median_difference_error(spread_b, len(baseline), spread_c, len(candidate))
     return StepDiff(
         rank=rank,
         baseline_steps=len(baseline),
@@ -348,15 +378,19 @@ def step_diff(
 
 def _row_diffs(
     kind: str,
-    baseline: dict[tuple[str, str], tuple[int, float, float]],
-    candidate: dict[tuple[str, str], tuple[int, float, float]],
+    baseline: dict[tuple[str, str], _Sums],
+    candidate: dict[tuple[str, str], _Sums],
     rule: DiffRule,
     relative_noise: float,
+    steps: tuple[int, int] = (1, 1),
 ) -> tuple[RowDiff, ...]:
+    """Each row of either side; times divided by each side's ``steps`` (its number of steps, or 1)."""
+    per_b, per_c = steps
     out = []
     for name, category in sorted(baseline.keys() | candidate.keys()):
         b, c = baseline.get((name, category)), candidate.get((name, category))
-        b_us, c_us = (None if b is None else b[1]), (None if c is None else c[1])
+        b_us = None if b is None else b.time_us / per_b
+        c_us = None if c is None else c.time_us / per_c
         smaller = min(v for v in (b_us, c_us) if v is not None)
         noise = max(rule.min_time_us, relative_noise * smaller)
         out.append(
@@ -364,12 +398,12 @@ def _row_diffs(
                 kind=kind,
                 name=name,
                 category=category,
-                baseline_calls=None if b is None else b[0],
-                candidate_calls=None if c is None else c[0],
+                baseline_calls=None if b is None else b.calls,
+                candidate_calls=None if c is None else c.calls,
                 baseline_us=b_us,
                 candidate_us=c_us,
-                baseline_total_us=None if b is None else b[2],
-                candidate_total_us=None if c is None else c[2],
+                baseline_total_us=None if b is None else b.total_us / per_b,
+                candidate_total_us=None if c is None else c.total_us / per_c,
                 noise_us=noise,
                 status=classify(b_us, c_us, threshold=rule.threshold, noise_us=noise),
             )
@@ -383,60 +417,72 @@ def _ranks_text(ranks: Iterable[int]) -> str:
     return f"rank {shown}" if len(listed) == 1 else f"ranks {shown}"
 
 
+def _compare_steps(
+    baseline: Side, candidate: Side, common: frozenset[int], rule: DiffRule, notes: list[str]
+) -> tuple[StepDiff | None, tuple[StepDiff, ...], tuple[int, int]]:
+    """The whole run's and each rank's step comparison, and each side's number of steps (0: none)."""
+    steps_b, steps_c = _step_times(baseline.rows, common), _step_times(candidate.rows, common)
+    all_b, all_c = run_step_times(steps_b), run_step_times(steps_c)
+    for side, found in ((baseline, all_b), (candidate, all_c)):
+        if common and not found:
+            notes.append(
+                f"the {side.label} has no steps (ProfilerStep#N): step times not compared, and op and "
+                "kernel times are the traces' totals; profile with a schedule and call prof.step()"
+            )
+    if not (all_b and all_c):
+        return None, (), (len(all_b), len(all_c))
+    rank_steps = tuple(
+        step_diff(r, list(steps_b[r].values()), list(steps_c[r].values()), rule)
+        for r in sorted(common)
+        if len(common) > 1 and steps_b[r] and steps_c[r]
+    )
+    return step_diff(None, all_b, all_c, rule), rank_steps, (len(all_b), len(all_c))
+
+
+def _relative_noise(steps: StepDiff, rule: DiffRule) -> float:
+    """The step times' noise as a share of a step: each side's spread relative to its own median."""
+    relative_b = steps.baseline_spread_us / steps.baseline_median_us if steps.baseline_median_us else 0.0
+    relative_c = steps.candidate_spread_us / steps.candidate_median_us if steps.candidate_median_us else 0.0
+    return rule.noise_factor * median_difference_error(
+        relative_b, steps.baseline_steps, relative_c, steps.candidate_steps
+    )
+
+
 def compare_sides(baseline: Side, candidate: Side, rule: DiffRule) -> RunDiff:
     """The comparison of two sides' rows under ``rule`` (see the module notes)."""
     notes: list[str] = []
+    if set(baseline.paths) == set(candidate.paths):
+        notes.append("the baseline and the candidate are the same traces: every row compares with itself")
     common = frozenset(baseline.ranks) & frozenset(candidate.ranks)
     for side, other in ((baseline, candidate), (candidate, baseline)):
         only = set(side.ranks) - set(other.ranks)
         if only:
             notes.append(
                 f"{_ranks_text(only)} of the {side.label} ({len(side.ranks)} ranks; the {other.label} has "
-                f"{len(other.ranks)}): not compared"
+                f"{len(other.ranks)}) not compared"
             )
     if not common:
         notes.append("no rank on both sides: nothing compared")
-    # steps first: their noise sets the ops' and kernels'
-    steps_b, steps_c = _step_times(baseline.rows, common), _step_times(candidate.rows, common)
-    all_b, all_c = run_step_times(steps_b), run_step_times(steps_c)
-    steps: StepDiff | None = None
-    rank_steps: list[StepDiff] = []
-    relative_noise = 0.0
-    for side, found in ((baseline, all_b), (candidate, all_c)):
-        if common and not found:
-            notes.append(
-                f"the {side.label} has no steps (ProfilerStep#N): step times not compared; profile with "
-                "a schedule and call prof.step()"
-            )
-    if all_b and all_c:
-        steps = step_diff(None, all_b, all_c, rule)
-        smaller = min(steps.baseline_median_us, steps.candidate_median_us)
-        relative_noise = steps.noise_us / smaller if smaller > 0 else 0.0
-        if len(all_b) != len(all_c):
-            notes.append(
-                f"the baseline has {len(all_b)} steps, the candidate {len(all_c)}: op and kernel totals "
-                "are over the whole traces, and differ by that too"
-            )
-        if len(common) > 1:
-            rank_steps = [
-                step_diff(r, list(steps_b[r].values()), list(steps_c[r].values()), rule)
-                for r in sorted(common)
-                if steps_b[r] and steps_c[r]
-            ]
-    ops = _row_diffs(
-        "op", _sum_ops(baseline.rows, common), _sum_ops(candidate.rows, common), rule, relative_noise
-    )
+    # steps first: their noise sets the ops' and kernels', and their number makes times per step
+    steps, rank_steps, (n_b, n_c) = _compare_steps(baseline, candidate, common, rule, notes)
+    relative_noise = 0.0 if steps is None else _relative_noise(steps, rule)
+    per_step = steps is not None
+    divisors = (n_b, n_c) if per_step else (1, 1)
+    ops_b, ops_c = _sum_ops(baseline.rows, common), _sum_ops(candidate.rows, common)
+    ops = _row_diffs("op", ops_b, ops_c, rule, relative_noise, divisors)
     kernels_b = _sum_kernels(baseline.rows, common)
     kernels_c = _sum_kernels(candidate.rows, common)
     kernels: tuple[RowDiff, ...] = ()
+    kernels_left_out: str | None = None
     if bool(kernels_b) != bool(kernels_c):
         with_kernels, without = (baseline, candidate) if kernels_b else (candidate, baseline)
-        notes.append(
+        kernels_left_out = (
             f"the {with_kernels.label} has device activity (GPU kernels, memcpy, memset), the "
-            f"{without.label} has none (a CPU-only profile?): kernels not compared, only CPU ops"
+            f"{without.label} has none (a CPU-only profile?)"
         )
+        notes.append(f"kernels: {kernels_left_out}; only CPU ops are compared")
     else:
-        kernels = _row_diffs("kernel", kernels_b, kernels_c, rule, relative_noise)
+        kernels = _row_diffs("kernel", kernels_b, kernels_c, rule, relative_noise, divisors)
     return RunDiff(
         baseline=baseline,
         candidate=candidate,
@@ -445,8 +491,10 @@ def compare_sides(baseline: Side, candidate: Side, rule: DiffRule) -> RunDiff:
         ops=ops,
         kernels=kernels,
         steps=steps,
-        rank_steps=tuple(rank_steps),
+        rank_steps=rank_steps,
         notes=tuple(notes),
+        per_step=per_step,
+        kernels_left_out=kernels_left_out,
     )
 
 
@@ -483,14 +531,18 @@ def gate(diff: RunDiff, limit: float, only: Sequence[str] = ()) -> GateResult:
     rows = [r for r in diff.rows() if r.name in wanted]
     missing = sorted(wanted - {r.name for r in rows})
     if missing:
-        raise GateError(
-            "--only names no op or kernel of either side: " + ", ".join(terminal_safe(m) for m in missing)
-        )
+        names = ", ".join(terminal_safe(m) for m in missing)
+        if diff.kernels_left_out is not None:
+            raise GateError(f"--only names no op of either side: {names}; kernels were not compared: "
+                            f"{diff.kernels_left_out}")  # fmt: skip
+        raise GateError(f"--only names no op or kernel of either side: {names}")
     failed, passed = [], []
     for r in rows:
         what = f"{r.kind} {terminal_safe(r.name)}"
-        if r.baseline_us is None:
+        if r.baseline_us is None and (r.candidate_us or 0.0) > diff.rule.min_time_us:
             failed.append(f"{what}: new in the candidate ({format_time(r.candidate_us or 0.0)})")
+        elif r.baseline_us is None:
+            passed.append(f"{what}: new in the candidate, within {format_time(diff.rule.min_time_us)}")
         elif r.candidate_us is None:
             passed.append(f"{what}: not in the candidate")
         else:
@@ -507,6 +559,8 @@ def _verdict(what: str, baseline: float, candidate: float, noise_us: float, limi
     noise = format_time(noise_us)
     if change > limit * baseline and change > noise_us:
         return True, f"{text}: slower by more than {_percent(limit)} and than the noise ({noise})"
+    if change <= 0:
+        return False, f"{text}: not slower"
     return False, f"{text}: within {_percent(limit)} or the noise ({noise})"
 
 
@@ -640,19 +694,22 @@ def render_diff_text(diff: RunDiff, *, sort_by: str = "change", row_limit: int =
     rule = diff.rule
     lines.append(
         f"rule: a change counts past {_percent(rule.threshold)} and the noise ({rule.noise_factor:g} x the "
-        f"MAD of step times; ops and kernels at least {format_time(rule.min_time_us)})"
+        f"standard error of the difference of median step times; ops and kernels at least "
+        f"{format_time(rule.min_time_us)})"
     )
-    for side in (diff.baseline, diff.candidate):
-        for s in side.skipped:
-            lines.append(f"{side.label}: skipped {terminal_safe(s.path)}: {terminal_safe(s.reason)}")
     for note in diff.notes:
-        lines.append(f"not compared: {note}")
+        lines.append(f"note: {note}")
     if diff.steps is not None:
         lines += ["", "Median step time (ProfilerStep#N):"]
         lines += _table(STEPS_HEADER, [_step_cells(s) for s in (diff.steps, *diff.rank_steps)], left=2)
+    per = (
+        f" per step (over {diff.steps.baseline_steps} and {diff.steps.candidate_steps} steps)"
+        if diff.per_step and diff.steps is not None
+        else " over the whole traces"
+    )
     for kind, rows, header, cells in (
-        ("Ops (CPU), self time", diff.ops, OPS_HEADER, _op_cells),
-        ("Kernels (device activity), total time", diff.kernels, KERNELS_HEADER, _kernel_cells),
+        (f"Ops (CPU), self time{per}", diff.ops, OPS_HEADER, _op_cells),
+        (f"Kernels (device activity), total time{per}", diff.kernels, KERNELS_HEADER, _kernel_cells),
     ):
         if not rows:
             continue
@@ -706,6 +763,7 @@ __all__ = [
     "DEFAULT_THRESHOLD",
     "FASTER",
     "MAD_SCALE",
+    "MEDIAN_SE_SCALE",
     "REMOVED",
     "SLOWER",
     "SORT_KEYS",
@@ -723,6 +781,7 @@ __all__ = [
     "diff_json",
     "diff_runs",
     "gate",
+    "median_difference_error",
     "read_side",
     "render_diff_text",
     "robust_spread",

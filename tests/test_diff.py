@@ -510,3 +510,18 @@ def test_the_same_traces_on_both_sides_and_an_unknown_only_name_are_said(tmp_pat
         "the baseline and the candidate are the same traces: every row compares with itself",
         "--only names no op or kernel of either side: aten::nope",
     ]
+
+
+def test_traces_without_ranks_in_a_directory_are_said_to_be_numbered_by_file(tmp_path: Path, capsys) -> None:
+    """Two cycles of one recording (a repeating schedule) in one folder look like two ranks: say so."""
+    for cycle in range(2):
+        write(tmp_path / "base" / f"cycle{cycle}.json", kineto(None, 1, [1000.0] * 3))
+    single = write(tmp_path / "one.json", kineto(None, 1, [1000.0] * 3))
+    code, data, _ = run_json(capsys, str(tmp_path / "base"), single)
+    assert code == 0
+    assert data["notes"][0] == (
+        "the baseline's 2 traces carry no rank (distributedInfo): read as ranks 0, 1 in file name "
+        "order; if they are cycles of one recording (a repeating schedule), compare one trace a side"
+    )
+    code, data, _ = run_json(capsys, single, single)
+    assert not any("carry no rank" in note for note in data["notes"])  # one trace: nothing to say

@@ -207,6 +207,8 @@ class Side:
     events: int
     skipped: tuple[Skipped, ...]
     rows: RankRows
+    #: The ranks are numbered in file name order: the traces carry no ``distributedInfo``.
+    numbered_by_file: bool = False
 
 
 @attrs.frozen
@@ -280,6 +282,7 @@ def side_of(label: str, paths: Sequence[str], rank_set: RankSet, rows: RankRows)
         events=sum(r.events for r in ranks),
         skipped=skipped,
         rows=rows,
+        numbered_by_file=not rank_set.ranks_from_traces,
     )
 
 
@@ -453,6 +456,14 @@ def compare_sides(baseline: Side, candidate: Side, rule: DiffRule) -> RunDiff:
     notes: list[str] = []
     if set(baseline.paths) == set(candidate.paths):
         notes.append("the baseline and the candidate are the same traces: every row compares with itself")
+    for side in (baseline, candidate):
+        if side.numbered_by_file and len(side.ranks) > 1:
+            # As polyprof report reads them; cycles of one recording (a repeating schedule) look the same.
+            notes.append(
+                f"the {side.label}'s {len(side.ranks)} traces carry no rank (distributedInfo): read as "
+                f"{_ranks_text(side.ranks)} in file name order; if they are cycles of one recording (a "
+                "repeating schedule), compare one trace a side"
+            )
     common = frozenset(baseline.ranks) & frozenset(candidate.ranks)
     for side, other in ((baseline, candidate), (candidate, baseline)):
         only = set(side.ranks) - set(other.ranks)

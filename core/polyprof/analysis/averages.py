@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
-from polyprof.analysis.function_events import AVERAGE_SUMS, FLOAT_SUMS
+from polyprof.analysis.function_events import AVERAGE_ATTRIBUTES, AVERAGE_SUMS, FLOAT_SUMS
 from polyprof.analysis.tree import EventTree, post_processing_rules
 from polyprof.base.events import EventKind
 
@@ -117,7 +117,7 @@ class KeyAveragesSummary:
         """
         rows = tuple(rows)
         for row in rows:
-            missing = [name for name in _AVERAGE_ATTRIBUTES if not hasattr(row, name)]
+            missing = [name for name in AVERAGE_ATTRIBUTES if not hasattr(row, name)]
             if missing:
                 raise TypeError(f"a {type(row).__name__} row that lacks {missing}")
 
@@ -136,10 +136,6 @@ class KeyAveragesSummary:
             group_by_overload_name=bool(group_by_overload_name),
             rows=rows,
         )
-
-
-#: What each row of ``KeyAveragesSummary.of_rows`` needs (what ``FunctionEventAvg.add`` reads).
-_AVERAGE_ATTRIBUTES = ("key", *AVERAGE_SUMS, "flops")
 
 
 class Aggregator(abc.ABC):

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from polyprof.base.trace import Trace
 
 __all__ = [
+    "AVERAGE_ATTRIBUTES",
     "AVERAGE_SUMS",
     "FLOAT_SUMS",
     "INT_ZERO_WHERE",
@@ -707,6 +708,8 @@ AVERAGE_SUMS = (
     "self_device_memory_usage",
     "count",
 )
+#: What ``FunctionEventAvg.add`` reads of a row: its key, its sums and its FLOPs.
+AVERAGE_ATTRIBUTES = ("key", *AVERAGE_SUMS, "flops")
 
 
 class FunctionEventAvg(FormattedTimesMixin):
@@ -782,7 +785,7 @@ class FunctionEventAvg(FormattedTimesMixin):
 
     def add(self, other: FunctionEvent | FunctionEventAvg) -> FunctionEventAvg:
         """Add one ``FunctionEvent`` (or ``FunctionEventAvg``) with the same key."""
-        missing = [name for name in ("key", *AVERAGE_SUMS, "flops") if not hasattr(other, name)]
+        missing = [name for name in AVERAGE_ATTRIBUTES if not hasattr(other, name)]
         if missing:
             raise TypeError(
                 f"FunctionEventAvg.add() needs a FunctionEvent or FunctionEventAvg; {type(other).__name__} "

@@ -30,7 +30,7 @@ import orjson
 from polyprof.base.errors import EXIT_SLOWER, EXIT_USAGE, PolyprofError
 from polyprof.base.terminal import terminal_safe
 from polyprof.cli.cli_convert import print_skipped
-from polyprof.cli.cli_report import DEFAULT_ROW_LIMIT, check_memory_limit
+from polyprof.cli.cli_report import DEFAULT_ROW_LIMIT, check_memory_limit, parse_row_limit
 from polyprof.ranks.diff import (
     DEFAULT_MIN_TIME_US,
     DEFAULT_NOISE_FACTOR,
@@ -76,16 +76,6 @@ def _non_negative(text: str) -> float:
     return value
 
 
-def _row_limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < -1:
-        raise argparse.ArgumentTypeError(f"must be >= 0, or -1 for every row; got {value}")
-    return value
-
-
 def add_diff_command(subparsers: Any) -> None:
     """Add ``polyprof diff`` to the ``polyprof`` command's subparsers."""
     parser = subparsers.add_parser(
@@ -96,9 +86,9 @@ def add_diff_command(subparsers: Any) -> None:
             "directory of rank traces. Per op (self CPU) and per kernel (total time): calls and times "
             "on each side, the change, and added, removed, faster, slower or unchanged; the median "
             "step time (ProfilerStep#N) of the run and of each rank. A change counts when it exceeds "
-            "--threshold of the smaller time and the noise: --noise-factor times the spread (MAD) of "
-            "the step times; for ops and kernels, which have no per-step times, at least --min-time "
-            "microseconds and the steps' relative noise. See docs/cli.md."
+            "--threshold of the smaller time and the noise: --noise-factor times the standard error of "
+            "the difference of the median step times; for ops and kernels, which have no per-step "
+            "times, at least --min-time microseconds and the steps' relative noise. See docs/cli.md."
         ),
         epilog=(
             f"Exit status: 0; {EXIT_SLOWER} when --fail-if-slower finds the candidate slower; "
@@ -118,7 +108,7 @@ def add_diff_command(subparsers: Any) -> None:
     parser.add_argument(
         "--row-limit",
         metavar="N",
-        type=_row_limit,
+        type=parse_row_limit,
         default=DEFAULT_ROW_LIMIT,
         help=f"print at most N op rows and N kernel rows; -1 prints every row (default {DEFAULT_ROW_LIMIT})",
     )

@@ -356,7 +356,8 @@ def _duckdb_refusal(text: str) -> str | None:
     return None
 
 
-def _row_limit(text: str) -> int:
+def parse_row_limit(text: str) -> int:
+    """``--row-limit``: a whole number >= 0, or -1 for every row (``polyprof report`` and ``diff``)."""
     try:
         value = int(text)
     except ValueError:
@@ -406,7 +407,7 @@ def add_report_command(subparsers: Any) -> None:
     parser.add_argument(
         "--row-limit",
         metavar="N",
-        type=_row_limit,
+        type=parse_row_limit,
         default=DEFAULT_ROW_LIMIT,
         help=f"print at most N rows; -1 prints every row (default {DEFAULT_ROW_LIMIT})",
     )

@@ -78,6 +78,7 @@ from polyprof.analysis.table import format_time
 from polyprof.base.errors import PolyprofError
 from polyprof.base.terminal import terminal_safe
 from polyprof.ranks.rank_analysis import RankRows, duckdb_rank_rows
+from polyprof.ranks.rank_report import short_name, text_table
 from polyprof.ranks.rank_set import NoTracesError, RankSet, Skipped, collect_rank_set, temporary_parquet_dir
 
 #: ``--threshold``: a change smaller than this share of the smaller time is no change.
@@ -646,18 +647,6 @@ def summary(diff: RunDiff) -> dict[str, dict[str, int]]:
     }
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-
-    rule = "-" * len(line(header))
-    return [rule, line(header), rule, *(line(r) for r in rows), rule]
-
-
 def _time(us: float | None) -> str:
     return "-" if us is None else format_time(us)
 
@@ -671,8 +660,7 @@ def _signed_time(us: float) -> str:
 
 
 def _name(name: str, width: int = 50) -> str:
-    name = terminal_safe(name)
-    return name if len(name) <= width else name[: width - 3] + "..."
+    return short_name(terminal_safe(name), width)
 
 
 STEPS_HEADER = ("Steps", "Status", "Baseline", "Candidate", "Change", "Ratio", "Noise", "N base", "N cand")
@@ -712,7 +700,7 @@ def render_diff_text(diff: RunDiff, *, sort_by: str = "change", row_limit: int =
         lines.append(f"note: {note}")
     if diff.steps is not None:
         lines += ["", "Median step time (ProfilerStep#N):"]
-        lines += _table(STEPS_HEADER, [_step_cells(s) for s in (diff.steps, *diff.rank_steps)], left=2)
+        lines += text_table(STEPS_HEADER, [_step_cells(s) for s in (diff.steps, *diff.rank_steps)], left=2)
     per = (
         f" per step (over {diff.steps.baseline_steps} and {diff.steps.candidate_steps} steps)"
         if diff.per_step and diff.steps is not None
@@ -734,7 +722,7 @@ def render_diff_text(diff: RunDiff, *, sort_by: str = "change", row_limit: int =
         ]
         if shown:
             left = 2 if header is OPS_HEADER else 3
-            lines += _table(header, [cells(r) for r in shown], left=left)
+            lines += text_table(header, [cells(r) for r in shown], left=left)
     return "\n".join(lines) + "\n"
 
 

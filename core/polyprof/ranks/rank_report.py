@@ -262,7 +262,8 @@ def report_json(report: RankReport) -> dict[str, Any]:
     }
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
+    """A text table between rules: the first ``left`` columns left-aligned, the rest right-aligned."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
 
     def line(cells: Sequence[str]) -> str:
@@ -274,7 +275,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) 
     return [rule, line(header), rule, *(line(r) for r in rows), rule]
 
 
-def _short(name: str, width: int = 50) -> str:
+def short_name(name: str, width: int = 50) -> str:
+    """``name`` cut to ``width`` characters, ending in ``...`` when cut."""
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
@@ -385,7 +387,7 @@ def ranks_text(count: int) -> str:
 
 def _shown(name: str) -> str:
     """A name from a trace as a text table cell: terminal controls escaped, then shortened."""
-    return _short(terminal_safe(name))
+    return short_name(terminal_safe(name))
 
 
 def render_text(report: RankReport, *, row_limit: int = 20) -> str:
@@ -402,20 +404,20 @@ def render_text(report: RankReport, *, row_limit: int = 20) -> str:
         lines.append(f"skipped {terminal_safe(s.path)}: {terminal_safe(s.reason)}")
     limit = len(report.ops) if row_limit < 0 else min(row_limit, len(report.ops))
     lines += ["", f"Ops across ranks, by mean self CPU time ({limit} of {len(report.ops)}):"]
-    lines += _table(OPS_HEADER, op_rows(report, limit, _shown))
+    lines += text_table(OPS_HEADER, op_rows(report, limit, _shown))
     if report.kernels:
         klimit = len(report.kernels) if row_limit < 0 else min(row_limit, len(report.kernels))
         lines += [
             "",
             f"Device activity across ranks, by mean total time ({klimit} of {len(report.kernels)}):",
         ]
-        lines += _table(KERNELS_HEADER, kernel_rows(report, klimit, _shown), left=2)
+        lines += text_table(KERNELS_HEADER, kernel_rows(report, klimit, _shown), left=2)
     if report.overlap:
         lines += ["", "GPU kernels per rank: computation, communication (nccl/rccl), and both at once:"]
-        lines += _table(OVERLAP_HEADER, overlap_rows(report), left=0)
+        lines += text_table(OVERLAP_HEADER, overlap_rows(report), left=0)
     if report.steps:
         lines += ["", "Steps (ProfilerStep#N) per rank; ratio: step by step against the median rank:"]
-        lines += _table(STEPS_HEADER, step_rows(report), left=0)
+        lines += text_table(STEPS_HEADER, step_rows(report), left=0)
         lines.append(f"Step time over all ranks: {step_percentiles_text(report)}")
         lines.append(
             f"Stragglers (ratio >= {1 + report.straggler_threshold:.2f}): {stragglers_named(report)}"
@@ -443,7 +445,9 @@ __all__ = [
     "ranks_text",
     "render_text",
     "report_json",
+    "short_name",
     "step_percentiles_text",
     "step_rows",
     "stragglers_named",
+    "text_table",
 ]
